@@ -1,0 +1,277 @@
+/*
+ * vcattn.h — VC-Attention: low-bit attention for video diffusion transformers.
+ *
+ * The one public header of libvcattn. Everything the library exports has the
+ * vcattn_ prefix. Objects are opaque handles with create/destroy pairs; every
+ * fallible call returns a vcattn_status and, where a context is involved,
+ * leaves a human-readable message in vcattn_last_error(ctx). On any error
+ * nothing is written to the caller's output buffers.
+ *
+ * Quick use:
+ *     vcattn_context *ctx;
+ *     vcattn_create(&ctx, VCATTN_BACKEND_AUTO);
+ *     vcattn_config cfg = vcattn_config_default();          // method "vc"
+ *     vcattn_tensor q = vcattn_tensor_bhnd(qp, VCATTN_DTYPE_BF16, B, H, N, D);
+ *     ... k, v, out likewise ...
+ *     if (vcattn_attention(ctx, &cfg, &q, &k, &v, &out, NULL, NULL, layer))
+ *         fprintf(stderr, "%s\n", vcattn_last_error(ctx));
+ *     vcattn_destroy(ctx);
+ */
+#ifndef VCATTN_H
+#define VCATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define VCATTN_VERSION_MAJOR 0
+#define VCATTN_VERSION_MINOR 1
+#define VCATTN_VERSION_PATCH 0
+#define VCATTN_VERSION_NUMBER \
+    (VCATTN_VERSION_MAJOR * 10000 + VCATTN_VERSION_MINOR * 100 + VCATTN_VERSION_PATCH)
+
+/* The version of the library actually linked (compare with the macros). */
+unsigned vcattn_version_number(void);
+const char *vcattn_version_string(void);
+
+/* ----------------------------------------------------------------- status */
+
+typedef enum {
+    VCATTN_OK = 0,
+    VCATTN_ERR_NULL_POINTER,          /* a required pointer was NULL */
+    VCATTN_ERR_INVALID_ARGUMENT,      /* a value out of its documented range */
+    VCATTN_ERR_SHAPE_MISMATCH,        /* q/k/v/out/lse shapes disagree */
+    VCATTN_ERR_UNSUPPORTED_DTYPE,     /* dtype not accepted here */
+    VCATTN_ERR_UNSUPPORTED_HEAD_DIM,  /* head dim not supported by this backend */
+    VCATTN_ERR_UNSUPPORTED_CONFIG,    /* a switch combination this backend lacks */
+    VCATTN_ERR_NONFINITE_INPUT,       /* NaN or Inf in q, k, v or the RoPE tables */
+    VCATTN_ERR_BACKEND_UNAVAILABLE,   /* backend not built, or no usable device */
+    VCATTN_ERR_OUT_OF_MEMORY,
+    VCATTN_ERR_IO,                    /* file could not be opened, read or written */
+    VCATTN_ERR_BAD_FILE_FORMAT,       /* file is not what it claims (e.g. .npy) */
+    VCATTN_ERR_UNKNOWN_NAME,          /* unknown method or workload name */
+    VCATTN_ERR_DEVICE,                /* a device (CUDA) call failed */
+    VCATTN_ERR_INTERNAL,
+    VCATTN_STATUS_COUNT
+} vcattn_status;
+
+/* Static description of a status ("invalid argument", ...); never NULL. */
+const char *vcattn_status_string(vcattn_status status);
+
+/* ---------------------------------------------------------------- tensors */
+
+typedef enum {
+    VCATTN_DTYPE_F32 = 0,
+    VCATTN_DTYPE_F16,
+    VCATTN_DTYPE_BF16
+} vcattn_dtype;
+
+const char *vcattn_dtype_name(vcattn_dtype dtype);
+
+/*
+ * A 4-D view [batch, heads, tokens, head_dim] over caller memory. Strides are
+ * in elements; the head_dim axis must be contiguous (stride 1). Both the
+ * [B,H,N,D] ("HND") and [B,N,H,D] ("NHD") layouts, and non-contiguous views of
+ * either, are expressed by the three strides.
+ */
+typedef struct {
+    void *data;
+    vcattn_dtype dtype;
+    int64_t batch, heads, tokens, head_dim;
+    int64_t stride_batch, stride_head, stride_token;
+} vcattn_tensor;
+
+/* Contiguous [B,H,N,D] view. */
+vcattn_tensor vcattn_tensor_bhnd(void *data, vcattn_dtype dtype, int64_t batch,
+                                 int64_t heads, int64_t tokens, int64_t head_dim);
+/* Contiguous [B,N,H,D] view. */
+vcattn_tensor vcattn_tensor_bnhd(void *data, vcattn_dtype dtype, int64_t batch,
+                                 int64_t heads, int64_t tokens, int64_t head_dim);
+
+/*
+ * Rotary position embedding tables, supplied by the caller: cos and sin are
+ * float32 [tokens][head_dim/2]. Query token i uses row i of the q tables, key
+ * token j row j of the k tables (for self-attention pass the same pointers).
+ */
+typedef enum {
+    VCATTN_ROPE_INTERLEAVED = 0,  /* rotates pairs (2i, 2i+1): Wan, HunyuanVideo */
+    VCATTN_ROPE_HALF_SPLIT        /* rotates pairs (i, i + D/2): GPT-NeoX style */
+} vcattn_rope_style;
+
+typedef struct {
+    vcattn_rope_style style;
+    const float *q_cos, *q_sin;   /* [Nq][D/2] */
+    const float *k_cos, *k_sin;   /* [Nk][D/2] */
+} vcattn_rope;
+
+/* ----------------------------------------------------------------- config */
+
+/* How Q and K enter the score product. */
+typedef enum {
+    VCATTN_QK_EXACT = 0,  /* fp32 values as given */
+    VCATTN_QK_INT8,       /* INT8, Q per token, K per 128-key tile x 4 lane groups */
+    VCATTN_QK_FP8,        /* E4M3 nearest code, one scale per 128-token block */
+    VCATTN_QK_NVFP4       /* E2M1, E4M3 scale per 16 channels, fp32 tensor scale */
+} vcattn_qk_format;
+
+/* How the probabilities P enter the value product. */
+typedef enum {
+    VCATTN_P_EXACT = 0,   /* fp32 */
+    VCATTN_P_BF16,        /* rounded to bf16, as BF16 FlashAttention does */
+    VCATTN_P_FP8_CAST,    /* fp32 exp, then E4M3 cast (row max at 256) */
+    VCATTN_P_FP8_EXPCAST, /* ExpCast-FP8: the E4M3 byte from one FMA (paper eq. 7) */
+    VCATTN_P_NVFP4        /* E2M1 with E4M3 scale per 16 keys */
+} vcattn_p_format;
+
+/* How V (or the V-Smooth residual) enters the value product. */
+typedef enum {
+    VCATTN_V_EXACT = 0,   /* fp32 */
+    VCATTN_V_FP8_CHANNEL, /* E4M3, one scale per channel over all tokens */
+    VCATTN_V_FP8_BLOCK,   /* E4M3, one scale per 128-token block */
+    VCATTN_V_NVFP4        /* E2M1, E4M3 scale per 16 tokens per channel */
+} vcattn_v_format;
+
+/*
+ * Every switch of the pipeline. vcattn_config_default() gives method "vc";
+ * vcattn_config_from_method() gives any named preset, whose fields may then be
+ * changed one by one for ablations.
+ */
+typedef struct {
+    /* score path */
+    vcattn_qk_format qk_format;
+    int k_smoothing;          /* subtract the per-channel mean of K over tokens */
+    int hadamard;             /* rotate Q and K by the same normalized Hadamard */
+    float sm_scale;           /* softmax scale; 0 means 1/sqrt(head_dim) */
+    /* probability path */
+    vcattn_p_format p_format;
+    float expcast_beta;       /* the β of eq. 7; default -0.35 */
+    /* value path */
+    vcattn_v_format v_format;
+    int vsmooth;              /* V-Smooth: k-means grouping + 128-row block demeaning */
+    /* k-means of V-Smooth */
+    int kmeans_clusters;      /* default 32 */
+    int kmeans_iters;         /* Lloyd iterations from a cold start; default 10 */
+    int kmeans_warm_iters;    /* from the previous step's centroids; default 5 */
+    uint64_t kmeans_seed;     /* seeds the cold-start choice of initial centroids */
+    /* grouping schedule (paper appendix A), used when a vcattn_layer is given */
+    float group_window;       /* fraction of the steps that group; default 0.25 */
+    int group_refresh;        /* regroup every this many steps in the window; 4 */
+    int demean_outside_window;/* after the window: 1 = reuse the last permutation
+                                 and demean, 0 = plain low-bit kernel (paper) */
+    /* input policy */
+    int check_finite;         /* 1 (default): reject NaN/Inf inputs with
+                                 VCATTN_ERR_NONFINITE_INPUT before any work */
+    int num_threads;          /* CPU backend threads; 0 = all cores */
+} vcattn_config;
+
+vcattn_config vcattn_config_default(void);
+
+/*
+ * Named presets: "bf16", "fp8-naive", "sage2", "vsmooth", "vc", "sage3-4bit",
+ * "vsmooth-4bit"; a "+hadamard" suffix (e.g. "sage2+hadamard") turns on the
+ * QK Hadamard. Returns VCATTN_ERR_UNKNOWN_NAME for anything else.
+ */
+vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg);
+/* The NULL-terminated list of base method names, in order of the paper. */
+const char *const *vcattn_method_names(void);
+
+/* --------------------------------------------------------------- contexts */
+
+typedef enum {
+    VCATTN_BACKEND_AUTO = 0,  /* CUDA when a usable sm_90 GPU is present, else CPU */
+    VCATTN_BACKEND_CPU,
+    VCATTN_BACKEND_CUDA
+} vcattn_backend;
+
+const char *vcattn_backend_name(vcattn_backend backend);
+
+typedef struct vcattn_context vcattn_context;
+
+/* Creates a context on the given backend. AUTO resolves at creation. */
+vcattn_status vcattn_create(vcattn_context **ctx, vcattn_backend backend);
+void vcattn_destroy(vcattn_context *ctx);  /* NULL-safe */
+/* The backend a context resolved to (AUTO never comes back). */
+vcattn_backend vcattn_context_backend(const vcattn_context *ctx);
+/* Message of the last failed call on this context ("" if none); never NULL. */
+const char *vcattn_last_error(const vcattn_context *ctx);
+/* Whether a backend can run here; if not, why (static string) in *why. */
+int vcattn_backend_available(vcattn_backend backend, const char **why);
+
+/* ------------------------------------------------------------ layer state */
+
+/*
+ * Per-layer V-Smooth state: k-means centroids, the permutation and the step
+ * counter, kept across denoising steps so grouping follows the schedule of the
+ * paper's appendix A. Not thread-safe: one layer state per attention module,
+ * used by one call at a time.
+ */
+typedef struct vcattn_layer vcattn_layer;
+
+vcattn_status vcattn_layer_create(vcattn_layer **layer, int num_steps);
+void vcattn_layer_destroy(vcattn_layer *layer);  /* NULL-safe */
+/* Sets the denoising step (0-based) the next calls belong to. */
+vcattn_status vcattn_layer_set_step(vcattn_layer *layer, int step);
+int vcattn_layer_step(const vcattn_layer *layer);
+/* Forgets centroids and permutation (next grouping starts cold). */
+void vcattn_layer_reset(vcattn_layer *layer);
+
+typedef enum {
+    VCATTN_GROUP_NONE = 0,  /* no V-Smooth on this call */
+    VCATTN_GROUP_COLD,      /* k-means from seeded initial centroids */
+    VCATTN_GROUP_WARM,      /* k-means from the previous centroids */
+    VCATTN_GROUP_REUSE      /* the stored permutation, demeaned */
+} vcattn_grouping;
+
+const char *vcattn_grouping_name(vcattn_grouping grouping);
+/* What a call with this config would do at the layer's current step. */
+vcattn_grouping vcattn_layer_plan(const vcattn_layer *layer, const vcattn_config *cfg);
+
+/* -------------------------------------------------------------- attention */
+
+/*
+ * Non-causal attention out = softmax(q k^T * sm_scale) v, per batch and head.
+ *   q:   [B, Hq,  Nq, D]      k, v: [B, Hkv, Nk, D]      out: [B, Hq, Nq, D]
+ * Hq must be a multiple of Hkv (grouped-query attention); Nq and Nk may
+ * differ. lse, if not NULL, receives float32 [B][Hq][Nq]: the natural log of
+ * sum_j exp(s_ij) of the scores as the caller defined them (before K
+ * smoothing), as ring attention needs. rope may be NULL. layer may be NULL:
+ * then V-Smooth (if on) groups from a cold start on every call.
+ */
+vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_config *cfg,
+                               const vcattn_tensor *q, const vcattn_tensor *k,
+                               const vcattn_tensor *v, const vcattn_tensor *out,
+                               float *lse, const vcattn_rope *rope,
+                               vcattn_layer *layer);
+
+/* ------------------------------------------------------ built-in workload */
+
+/*
+ * Deterministic synthetic video-DiT attention inputs (see docs/workloads.md):
+ * pre-RoPE q, k, v as contiguous float32 [B][H][N][D] plus interleaved 3-D
+ * RoPE tables for the T x H x W latent grid.
+ */
+typedef struct {
+    char name[32];
+    int64_t batch, heads_q, heads_kv, tokens, head_dim;
+    int frames, height, width;           /* latent grid; tokens = product */
+    float *q, *k, *v;                    /* [B][H][N][D] */
+    float *rope_cos, *rope_sin;          /* [N][D/2] */
+    vcattn_rope_style rope_style;
+} vcattn_workload;
+
+/* Presets: "tiny", "small", "wan2.2-720p", "longcat-480p", "hunyuan-720p",
+ * "seq-32k", "d64". Returns VCATTN_ERR_UNKNOWN_NAME for anything else. */
+vcattn_status vcattn_workload_generate(const char *name, uint64_t seed,
+                                       vcattn_workload *out);
+void vcattn_workload_free(vcattn_workload *w);  /* NULL-safe; zeroes *w */
+const char *const *vcattn_workload_names(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VCATTN_H */

@@ -1,0 +1,265 @@
+/* Contexts, errors, tensor views, argument validation and backend dispatch. */
+#include "internal.h"
+#include "../cpu/cpu_backend.h"
+#include "../cuda/cuda_backend.h"
+#include "../formats/halfs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+vcattn_status vcattn_fail(vcattn_context *ctx, vcattn_status status, const char *fmt, ...) {
+    if (ctx) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+/* ------------------------------------------------------------- contexts */
+
+int vcattn_backend_available(vcattn_backend backend, const char **why) {
+    const char *reason = "";
+    int ok = 0;
+    switch (backend) {
+    case VCATTN_BACKEND_CPU: ok = 1; break;
+    case VCATTN_BACKEND_CUDA: ok = cuda_backend_available(&reason); break;
+    case VCATTN_BACKEND_AUTO: ok = 1; break;
+    default: reason = "unknown backend";
+    }
+    if (why) *why = reason;
+    return ok;
+}
+
+vcattn_status vcattn_create(vcattn_context **out, vcattn_backend backend) {
+    if (!out) return VCATTN_ERR_NULL_POINTER;
+    *out = NULL;
+    const char *why = "";
+    vcattn_backend chosen;
+    switch (backend) {
+    case VCATTN_BACKEND_AUTO:
+        chosen = cuda_backend_available(&why) ? VCATTN_BACKEND_CUDA : VCATTN_BACKEND_CPU;
+        break;
+    case VCATTN_BACKEND_CPU: chosen = VCATTN_BACKEND_CPU; break;
+    case VCATTN_BACKEND_CUDA:
+        if (!cuda_backend_available(&why)) return VCATTN_ERR_BACKEND_UNAVAILABLE;
+        chosen = VCATTN_BACKEND_CUDA;
+        break;
+    default: return VCATTN_ERR_INVALID_ARGUMENT;
+    }
+    vcattn_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return VCATTN_ERR_OUT_OF_MEMORY;
+    ctx->backend = chosen;
+    *out = ctx;
+    return VCATTN_OK;
+}
+
+void vcattn_destroy(vcattn_context *ctx) { free(ctx); }
+
+vcattn_backend vcattn_context_backend(const vcattn_context *ctx) {
+    return ctx ? ctx->backend : VCATTN_BACKEND_CPU;
+}
+
+const char *vcattn_last_error(const vcattn_context *ctx) {
+    return ctx ? ctx->last_error : "no context";
+}
+
+/* -------------------------------------------------------------- tensors */
+
+vcattn_tensor vcattn_tensor_bhnd(void *data, vcattn_dtype dtype, int64_t batch,
+                                 int64_t heads, int64_t tokens, int64_t head_dim) {
+    vcattn_tensor t = {data, dtype, batch, heads, tokens, head_dim,
+                       heads * tokens * head_dim, tokens * head_dim, head_dim};
+    return t;
+}
+
+vcattn_tensor vcattn_tensor_bnhd(void *data, vcattn_dtype dtype, int64_t batch,
+                                 int64_t heads, int64_t tokens, int64_t head_dim) {
+    vcattn_tensor t = {data, dtype, batch, heads, tokens, head_dim,
+                       heads * tokens * head_dim, head_dim, heads * head_dim};
+    return t;
+}
+
+static int64_t row_offset(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n) {
+    return b * t->stride_batch + h * t->stride_head + n * t->stride_token;
+}
+
+float vcattn_tensor_get(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n, int64_t d) {
+    int64_t i = row_offset(t, b, h, n) + d;
+    switch (t->dtype) {
+    case VCATTN_DTYPE_F32: return ((const float *)t->data)[i];
+    case VCATTN_DTYPE_F16: return vcattn_f16_to_f32(((const uint16_t *)t->data)[i]);
+    case VCATTN_DTYPE_BF16: return vcattn_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    }
+    return 0.0f;
+}
+
+void vcattn_tensor_load_row(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n, float *dst) {
+    int64_t base = row_offset(t, b, h, n);
+    switch (t->dtype) {
+    case VCATTN_DTYPE_F32:
+        memcpy(dst, (const float *)t->data + base, (size_t)t->head_dim * sizeof(float));
+        break;
+    case VCATTN_DTYPE_F16:
+        for (int64_t d = 0; d < t->head_dim; d++)
+            dst[d] = vcattn_f16_to_f32(((const uint16_t *)t->data)[base + d]);
+        break;
+    case VCATTN_DTYPE_BF16:
+        for (int64_t d = 0; d < t->head_dim; d++)
+            dst[d] = vcattn_bf16_to_f32(((const uint16_t *)t->data)[base + d]);
+        break;
+    }
+}
+
+void vcattn_tensor_store_row(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n,
+                             const float *src) {
+    int64_t base = row_offset(t, b, h, n);
+    switch (t->dtype) {
+    case VCATTN_DTYPE_F32:
+        memcpy((float *)t->data + base, src, (size_t)t->head_dim * sizeof(float));
+        break;
+    case VCATTN_DTYPE_F16:
+        for (int64_t d = 0; d < t->head_dim; d++)
+            ((uint16_t *)t->data)[base + d] = vcattn_f32_to_f16(src[d]);
+        break;
+    case VCATTN_DTYPE_BF16:
+        for (int64_t d = 0; d < t->head_dim; d++)
+            ((uint16_t *)t->data)[base + d] = vcattn_f32_to_bf16(src[d]);
+        break;
+    }
+}
+
+/* ----------------------------------------------------------- validation */
+
+static vcattn_status check_tensor(vcattn_context *ctx, const vcattn_tensor *t, const char *name) {
+    if (!t->data) return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "%s: data pointer is NULL", name);
+    if (t->dtype != VCATTN_DTYPE_F32 && t->dtype != VCATTN_DTYPE_F16 && t->dtype != VCATTN_DTYPE_BF16)
+        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_DTYPE,
+                           "%s: dtype %d is not float32, float16 or bfloat16", name, (int)t->dtype);
+    if (t->batch <= 0 || t->heads <= 0 || t->tokens <= 0 || t->head_dim <= 0)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "%s: every size must be positive (B=%lld H=%lld N=%lld D=%lld)", name,
+                           (long long)t->batch, (long long)t->heads, (long long)t->tokens,
+                           (long long)t->head_dim);
+    if (t->stride_batch < 0 || t->stride_head < 0 || t->stride_token < 0)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "%s: strides must be non-negative", name);
+    return VCATTN_OK;
+}
+
+static int scan_finite(const vcattn_tensor *t) {
+    int ok = 1;
+    #pragma omp parallel for collapse(2) reduction(&& : ok) schedule(static)
+    for (int64_t b = 0; b < t->batch; b++)
+        for (int64_t h = 0; h < t->heads; h++)
+            for (int64_t n = 0; n < t->tokens; n++)
+                for (int64_t d = 0; d < t->head_dim; d++) {
+                    float x = vcattn_tensor_get(t, b, h, n, d);
+                    ok = ok && vcattn_isfinite_f32(x);
+                }
+    return ok;
+}
+
+static int table_finite(const float *tab, int64_t count) {
+    for (int64_t i = 0; i < count; i++)
+        if (!vcattn_isfinite_f32(tab[i])) return 0;
+    return 1;
+}
+
+static vcattn_status check_config(vcattn_context *ctx, const vcattn_config *c, int64_t d) {
+    if ((unsigned)c->qk_format > VCATTN_QK_NVFP4 || (unsigned)c->p_format > VCATTN_P_NVFP4 ||
+        (unsigned)c->v_format > VCATTN_V_NVFP4)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: unknown format value");
+    if (!(c->sm_scale >= 0.0f) || !vcattn_isfinite_f32(c->sm_scale))
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "config: sm_scale must be finite and >= 0 (0 = 1/sqrt(D))");
+    if (!(c->expcast_beta > -1.0f && c->expcast_beta < 1.0f))
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: expcast_beta must be in (-1, 1)");
+    if (c->kmeans_clusters < 1 || c->kmeans_clusters > 4096 || c->kmeans_iters < 1 ||
+        c->kmeans_warm_iters < 1)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "config: kmeans_clusters must be in [1, 4096] and the iteration counts >= 1");
+    if (!(c->group_window >= 0.0f && c->group_window <= 1.0f) || c->group_refresh < 1)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "config: group_window must be in [0, 1] and group_refresh >= 1");
+    if (c->num_threads < 0)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: num_threads must be >= 0");
+    if (c->hadamard && !vcattn_is_pow2(d))
+        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
+                           "config: the Hadamard rotation needs a power-of-two head dim, got %lld",
+                           (long long)d);
+    if ((c->qk_format == VCATTN_QK_NVFP4) && d % 16 != 0)
+        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
+                           "config: NVFP4 Q/K needs a head dim divisible by 16, got %lld", (long long)d);
+    return VCATTN_OK;
+}
+
+vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg,
+                                   const vcattn_tensor *q, const vcattn_tensor *k,
+                                   const vcattn_tensor *v, const vcattn_tensor *out,
+                                   const vcattn_rope *rope) {
+    if (!cfg || !q || !k || !v || !out)
+        return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "cfg, q, k, v and out must not be NULL");
+    vcattn_status s;
+    if ((s = check_tensor(ctx, q, "q")) || (s = check_tensor(ctx, k, "k")) ||
+        (s = check_tensor(ctx, v, "v")) || (s = check_tensor(ctx, out, "out")))
+        return s;
+    int64_t d = q->head_dim;
+    if (k->head_dim != d || v->head_dim != d || out->head_dim != d)
+        return vcattn_fail(ctx, VCATTN_ERR_SHAPE_MISMATCH,
+                           "head dims differ: q %lld, k %lld, v %lld, out %lld", (long long)d,
+                           (long long)k->head_dim, (long long)v->head_dim, (long long)out->head_dim);
+    if (d > VCATTN_MAX_HEAD_DIM || d % 8 != 0)
+        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_HEAD_DIM,
+                           "head dim %lld unsupported: the CPU backend takes multiples of 8 up to %d",
+                           (long long)d, VCATTN_MAX_HEAD_DIM);
+    if (k->batch != q->batch || v->batch != q->batch || out->batch != q->batch)
+        return vcattn_fail(ctx, VCATTN_ERR_SHAPE_MISMATCH, "batch sizes differ between q, k, v, out");
+    if (k->heads != v->heads || k->tokens != v->tokens)
+        return vcattn_fail(ctx, VCATTN_ERR_SHAPE_MISMATCH,
+                           "k and v must have the same heads and tokens (k %lldx%lld, v %lldx%lld)",
+                           (long long)k->heads, (long long)k->tokens, (long long)v->heads,
+                           (long long)v->tokens);
+    if (out->heads != q->heads || out->tokens != q->tokens)
+        return vcattn_fail(ctx, VCATTN_ERR_SHAPE_MISMATCH, "out must have q's heads and tokens");
+    if (q->heads % k->heads != 0)
+        return vcattn_fail(ctx, VCATTN_ERR_SHAPE_MISMATCH,
+                           "query heads (%lld) must be a multiple of key/value heads (%lld)",
+                           (long long)q->heads, (long long)k->heads);
+    if (out->tokens > 1 && out->stride_token < d)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "out rows overlap (stride_token < head_dim)");
+    if ((s = check_config(ctx, cfg, d))) return s;
+    if (rope && (!rope->q_cos || !rope->q_sin || !rope->k_cos || !rope->k_sin))
+        return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "rope: all four tables are required");
+    if (rope && rope->style != VCATTN_ROPE_INTERLEAVED && rope->style != VCATTN_ROPE_HALF_SPLIT)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "rope: unknown style %d", (int)rope->style);
+    if (cfg->check_finite) {
+        if (!scan_finite(q)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "q contains NaN or Inf");
+        if (!scan_finite(k)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "k contains NaN or Inf");
+        if (!scan_finite(v)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "v contains NaN or Inf");
+        if (rope && (!table_finite(rope->q_cos, q->tokens * d / 2) ||
+                     !table_finite(rope->q_sin, q->tokens * d / 2) ||
+                     !table_finite(rope->k_cos, k->tokens * d / 2) ||
+                     !table_finite(rope->k_sin, k->tokens * d / 2)))
+            return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "rope tables contain NaN or Inf");
+    }
+    return VCATTN_OK;
+}
+
+/* ------------------------------------------------------------- dispatch */
+
+vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_config *cfg,
+                               const vcattn_tensor *q, const vcattn_tensor *k,
+                               const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
+                               const vcattn_rope *rope, vcattn_layer *layer) {
+    if (!ctx) return VCATTN_ERR_NULL_POINTER;
+    ctx->last_error[0] = '\0';
+    vcattn_status s = vcattn_validate_call(ctx, cfg, q, k, v, out, rope);
+    if (s) return s;
+    switch (ctx->backend) {
+    case VCATTN_BACKEND_CPU: return cpu_attention(ctx, cfg, q, k, v, out, lse, rope, layer);
+    case VCATTN_BACKEND_CUDA: return cuda_attention(ctx, cfg, q, k, v, out, lse, rope, layer);
+    default: return vcattn_fail(ctx, VCATTN_ERR_INTERNAL, "context has no resolved backend");
+    }
+}

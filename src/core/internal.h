@@ -1,0 +1,50 @@
+/* Internal interfaces shared by the core, the backends and the tools.
+ * Nothing here is part of the public API. */
+#ifndef VCATTN_INTERNAL_H
+#define VCATTN_INTERNAL_H
+
+#include "vcattn.h"
+
+#include <stdarg.h>
+
+#define VCATTN_TILE 128          /* keys per KV tile, rows per V-Smooth block */
+#define VCATTN_K_LANE_GROUPS 4   /* INT8 K scales per tile: one per lane group */
+#define VCATTN_MAX_HEAD_DIM 256
+#define VCATTN_ERRMSG_LEN 512
+
+struct vcattn_context {
+    vcattn_backend backend;
+    char last_error[VCATTN_ERRMSG_LEN];
+};
+
+/* Records a message on ctx (may be NULL) and returns status. */
+vcattn_status vcattn_fail(vcattn_context *ctx, vcattn_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* INT8 K scale group of a key within its 128-key tile: the wgmma accumulator
+ * gives lane l of a warp the columns 8j + 2(l % 4) + {0, 1}, so the keys a
+ * thread multiplies share (key % 8) / 2. */
+static inline int vcattn_k_lane_group(int64_t key) { return (int)((key & 7) >> 1); }
+
+/* Element (b, h, n, d) of a tensor view as float. */
+float vcattn_tensor_get(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n, int64_t d);
+/* Copies row (b, h, n) into dst[head_dim] as float. */
+void vcattn_tensor_load_row(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n, float *dst);
+/* Writes src[head_dim] into row (b, h, n) with round-to-nearest-even. */
+void vcattn_tensor_store_row(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n,
+                             const float *src);
+
+/* Checks every argument of vcattn_attention without touching data beyond the
+ * finite check (done only if cfg->check_finite). */
+vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg,
+                                   const vcattn_tensor *q, const vcattn_tensor *k,
+                                   const vcattn_tensor *v, const vcattn_tensor *out,
+                                   const vcattn_rope *rope);
+
+/* 1 if head_dim is a power of two (the Hadamard needs one). */
+static inline int vcattn_is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+#endif

@@ -1,0 +1,23 @@
+/* The CUDA backend's entry points, callable from C. Without a CUDA build the
+ * stubs in core/no_cuda.c answer "not available". */
+#ifndef VCATTN_CUDA_BACKEND_H
+#define VCATTN_CUDA_BACKEND_H
+
+#include "vcattn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 if a usable sm_90 device and the kernels are present; else 0 and *why. */
+int cuda_backend_available(const char **why);
+
+vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config *cfg,
+                             const vcattn_tensor *q, const vcattn_tensor *k,
+                             const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
+                             const vcattn_rope *rope, vcattn_layer *layer);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

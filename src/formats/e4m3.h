@@ -1,0 +1,45 @@
+/* FP8 E4M3 ("fn" variant): bias 7, max 448, no infinity, NaN = S.1111.111.
+ * Encoding is round-to-nearest-even with saturation to +-448, what the PTX
+ * instruction cvt.rn.satfinite.e4m3x2.f32 does; NaN encodes as 0x7f.
+ * (PyTorch's .to(float8_e4m3fn) does not saturate: never use it as oracle.) */
+#ifndef VCATTN_E4M3_H
+#define VCATTN_E4M3_H
+
+#include "format_common.h"
+
+#define VCATTN_E4M3_MAX 448.0f
+#define VCATTN_E4M3_NAN 0x7fu
+
+VCATTN_HD uint8_t vcattn_e4m3_encode(float x) {
+    uint32_t u = vcattn_f32_bits(x);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return VCATTN_E4M3_NAN;
+    if (a >= 0x43e80000u) return (uint8_t)(sign | 0x7eu);   /* >= 464 rounds past 448 */
+    if (a < 0x3c800000u) {                                 /* < 2^-6: subnormal, step 2^-9 */
+        float m = vcattn_f32_from_bits(a) * 512.0f;        /* exact scaling */
+        return (uint8_t)(sign | (uint8_t)vcattn_rne_small(m)); /* 8 = smallest normal */
+    }
+    a += 0x7ffffu + ((a >> 20) & 1u);                      /* RNE to 3 mantissa bits */
+    uint32_t e = (a >> 23) - 120u;                         /* rebias 127 -> 7 */
+    uint32_t code = (e << 3) | ((a >> 20) & 7u);
+    if (code > 0x7eu) code = 0x7eu;
+    return (uint8_t)(sign | code);
+}
+
+VCATTN_HD float vcattn_e4m3_decode(uint8_t b) {
+    uint32_t sign = (uint32_t)(b & 0x80u) << 24;
+    uint32_t e = (b >> 3) & 15u, m = b & 7u;
+    if (e == 15u && m == 7u) return vcattn_f32_from_bits(0x7fc00000u | sign);
+    if (e == 0u) {
+        float v = (float)m * (1.0f / 512.0f);
+        return sign ? -v : v;
+    }
+    return vcattn_f32_from_bits(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+VCATTN_HD float vcattn_round_e4m3(float x) {
+    return vcattn_e4m3_decode(vcattn_e4m3_encode(x));
+}
+
+#endif

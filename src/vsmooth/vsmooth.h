@@ -1,0 +1,53 @@
+/* V-Smooth: value-guided token grouping (k-means + stable argsort) and the
+ * per-layer state that carries it across denoising steps. */
+#ifndef VCATTN_VSMOOTH_H
+#define VCATTN_VSMOOTH_H
+
+#include "vcattn.h"
+
+/*
+ * Lloyd's k-means over n tokens of dimension d (rows of x, float32 [n][d]).
+ * centroids [k][d] holds the initial centroids on entry and the final ones on
+ * return. For it = 0 .. iters-1: labels = nearest centroid (squared distance
+ * computed as |c|^2 - 2 x.c in float32, ties to the lowest index); then every
+ * non-empty cluster's centroid becomes the mean of its tokens (summed in
+ * double, in token order); an empty cluster keeps its centroid. labels[n]
+ * comes from the last assignment. Deterministic; single-threaded.
+ */
+void vsmooth_kmeans(const float *x, int64_t n, int64_t d, int k, int iters,
+                    float *centroids, int32_t *labels);
+
+/* Cold-start centroids: k distinct tokens picked by a seeded Fisher-Yates
+ * (splitmix64 of seed and stream), copied to centroids [k][d]. Needs k <= n. */
+void vsmooth_init_centroids(const float *x, int64_t n, int64_t d, int k, uint64_t seed,
+                            uint64_t stream, float *centroids);
+
+/* Stable counting sort by label: perm[i] = original index of the i-th token. */
+void vsmooth_argsort_labels(const int32_t *labels, int64_t n, int k, int32_t *perm);
+
+/* Share of the energy the block means remove, sum_j B_j |mu_j|^2 / sum |V_j|^2,
+ * over blocks of `block` consecutive rows of x (the last may be partial) in
+ * the order given by perm (NULL: sequence order). Returns 0 for zero energy. */
+double vsmooth_block_mean_energy_share(const float *x, int64_t n, int64_t d,
+                                       const int32_t *perm, int64_t block);
+
+/* Per-layer state (the public vcattn_layer). */
+struct vcattn_layer {
+    int num_steps;
+    int step;
+    /* grouping kept from the last call that grouped; shape key below */
+    int64_t batch, heads_kv, tokens, head_dim;
+    int clusters;
+    float *centroids;   /* [batch*heads_kv][clusters][head_dim] */
+    int32_t *perm;      /* [batch*heads_kv][tokens] */
+    int has_grouping;
+};
+
+/* Whether the stored grouping fits this shape and cluster count. */
+int vsmooth_layer_matches(const vcattn_layer *layer, int64_t batch, int64_t heads_kv,
+                          int64_t tokens, int64_t head_dim, int clusters);
+/* Replaces the stored grouping by these arrays (the layer takes ownership). */
+void vsmooth_layer_adopt(vcattn_layer *layer, int64_t batch, int64_t heads_kv, int64_t tokens,
+                         int64_t head_dim, int clusters, float *centroids, int32_t *perm);
+
+#endif

@@ -1,0 +1,37 @@
+/* A minimal test harness: CHECK records a failure and goes on; the summary
+ * line "N passed, N failed" is what CI reads. NaN never passes a CHECK_CLOSE. */
+#ifndef VCATTN_TESTLIB_H
+#define VCATTN_TESTLIB_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int tl_passed, tl_failed;
+
+#define CHECK(cond, ...)                                                  \
+    do {                                                                  \
+        if (cond) {                                                       \
+            tl_passed++;                                                  \
+        } else {                                                          \
+            tl_failed++;                                                  \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                 \
+            fputc('\n', stderr);                                          \
+        }                                                                 \
+    } while (0)
+
+/* |a - b| <= tol, false for NaN in either. */
+#define CHECK_CLOSE(a, b, tol, what)                                      \
+    do {                                                                  \
+        double tl_a = (double)(a), tl_b = (double)(b);                    \
+        CHECK(!isnan(tl_a) && !isnan(tl_b) && fabs(tl_a - tl_b) <= (tol), \
+              "%s: %.9g vs %.9g (tol %.3g)", what, tl_a, tl_b, (double)(tol)); \
+    } while (0)
+
+static inline int tl_finish(const char *name) {
+    printf("%s: %d passed, %d failed\n", name, tl_passed, tl_failed);
+    return tl_failed ? 1 : 0;
+}
+
+#endif
