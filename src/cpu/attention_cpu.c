@@ -1,0 +1,381 @@
+/* The CPU backend: prepares the operands exactly as the GPU's fused
+ * quantization kernels do, then runs the online-softmax mainloop over 128-key
+ * tiles with the P encoding, the two-level accumulation and the V-Smooth mean
+ * restoration of the GPU kernel (paper eqs. 1, 6, 7). */
+#include "cpu_backend.h"
+#include "operands.h"
+#include "../formats/formats.h"
+#include "../vsmooth/vsmooth.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453
+
+typedef struct {
+    score_operand k;   /* permuted, smoothed, rotated, quantized keys */
+    value_operand v;   /* permuted, demeaned, quantized values */
+    float *kmean;      /* [d] post-RoPE channel mean of K, or NULL */
+} kv_head;
+
+typedef struct {
+    score_operand q;
+    float *lse_shift;  /* [nq] sm_scale * q.kmean: what K smoothing took out */
+} q_head;
+
+typedef struct {
+    const vcattn_config *cfg;
+    int64_t batch, hq, hkv, nq, nk, d;
+    float sm_scale;
+    kv_head *kv;       /* [batch * hkv] */
+    q_head *qh;        /* [batch * hq] */
+    float *out;        /* [batch][hq][nq][d] */
+    float *lse;        /* [batch][hq][nq] */
+} problem;
+
+static int thread_count(const vcattn_config *cfg) {
+    return cfg->num_threads > 0 ? cfg->num_threads : omp_get_max_threads();
+}
+
+/* Dot product with eight fixed lanes: a defined summation order the compiler
+ * can vectorize without reassociating. d is a multiple of 8. */
+static inline float dot8(const float *a, const float *b, int64_t d) {
+    float lane[8] = {0};
+    for (int64_t i = 0; i < d; i += 8)
+        for (int j = 0; j < 8; j++) lane[j] += a[i + j] * b[i + j];
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+/* --------------------------------------------------------------- operands */
+
+static float *load_rows(const vcattn_tensor *t, int64_t b, int64_t h, const float *cos_tab,
+                        const float *sin_tab, vcattn_rope_style style) {
+    float *x = malloc((size_t)(t->tokens * t->head_dim) * sizeof(float));
+    if (!x) return NULL;
+    for (int64_t n = 0; n < t->tokens; n++) {
+        vcattn_tensor_load_row(t, b, h, n, x + n * t->head_dim);
+        if (cos_tab) cpu_rope_row(x + n * t->head_dim, t->head_dim, cos_tab, sin_tab, n, style);
+    }
+    return x;
+}
+
+/* Groups one head's values: perm from k-means (cold or warm) or the layer. */
+static vcattn_status group_head(const problem *p, vcattn_grouping plan, const float *v,
+                                int64_t g, int clusters, const vcattn_layer *layer,
+                                float *centroids, int32_t *perm) {
+    const vcattn_config *cfg = p->cfg;
+    if (plan == VCATTN_GROUP_REUSE) {
+        memcpy(perm, layer->perm + g * p->nk, (size_t)p->nk * sizeof *perm);
+        return VCATTN_OK;
+    }
+    int iters = cfg->kmeans_iters;
+    if (plan == VCATTN_GROUP_WARM) {
+        size_t sz = (size_t)clusters * (size_t)p->d;
+        memcpy(centroids, layer->centroids + (size_t)g * sz, sz * sizeof(float));
+        iters = cfg->kmeans_warm_iters;
+    } else {
+        vsmooth_init_centroids(v, p->nk, p->d, clusters, cfg->kmeans_seed, (uint64_t)g, centroids);
+    }
+    int32_t *labels = malloc((size_t)p->nk * sizeof *labels);
+    if (!labels) return VCATTN_ERR_OUT_OF_MEMORY;
+    vsmooth_kmeans(v, p->nk, p->d, clusters, iters, centroids, labels);
+    vsmooth_argsort_labels(labels, p->nk, clusters, perm);
+    free(labels);
+    return VCATTN_OK;
+}
+
+static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const vcattn_tensor *v,
+                                const vcattn_rope *rope, vcattn_grouping plan, int clusters,
+                                const vcattn_layer *layer, float *centroids, int32_t *perms,
+                                int64_t g) {
+    const vcattn_config *cfg = p->cfg;
+    int64_t b = g / p->hkv, h = g % p->hkv, n = p->nk, d = p->d;
+    kv_head *kv = &p->kv[g];
+    vcattn_status st = VCATTN_ERR_OUT_OF_MEMORY;
+    float *kx = load_rows(k, b, h, rope ? rope->k_cos : NULL, rope ? rope->k_sin : NULL,
+                          rope ? rope->style : VCATTN_ROPE_INTERLEAVED);
+    float *vx = load_rows(v, b, h, NULL, NULL, VCATTN_ROPE_INTERLEAVED);
+    float *kp = malloc((size_t)(n * d) * sizeof(float));
+    float *vp = malloc((size_t)(n * d) * sizeof(float));
+    if (!kx || !vx || !kp || !vp) goto done;
+
+    int32_t *perm = NULL;
+    if (plan != VCATTN_GROUP_NONE) {
+        perm = perms + g * n;
+        st = group_head(p, plan, vx, g, clusters, layer,
+                        centroids + (size_t)g * (size_t)clusters * (size_t)d, perm);
+        if (st) goto done;
+        st = VCATTN_ERR_OUT_OF_MEMORY;
+    }
+    if (cfg->k_smoothing) {
+        kv->kmean = malloc((size_t)d * sizeof(float));
+        if (!kv->kmean) goto done;
+        for (int64_t i = 0; i < d; i++) {
+            double s = 0.0;
+            for (int64_t t = 0; t < n; t++) s += kx[t * d + i];
+            kv->kmean[i] = (float)(s / (double)n);
+        }
+    }
+    for (int64_t t = 0; t < n; t++) {
+        int64_t src = perm ? perm[t] : t;
+        for (int64_t i = 0; i < d; i++) {
+            kp[t * d + i] = kx[src * d + i] - (kv->kmean ? kv->kmean[i] : 0.0f);
+            vp[t * d + i] = vx[src * d + i];
+        }
+        if (cfg->hadamard) cpu_hadamard(kp + t * d, d);
+    }
+    if ((st = quantize_scores(cfg->qk_format, 1, kp, n, d, &kv->k))) goto done;
+    st = quantize_values(cfg->v_format, plan != VCATTN_GROUP_NONE, vp, n, d, &kv->v);
+done:
+    free(kx); free(vx); free(kp); free(vp);
+    return st;
+}
+
+static vcattn_status prepare_q(const problem *p, const vcattn_tensor *q, const vcattn_rope *rope,
+                               int64_t gq) {
+    const vcattn_config *cfg = p->cfg;
+    int64_t b = gq / p->hq, h = gq % p->hq, n = p->nq, d = p->d;
+    const kv_head *kv = &p->kv[b * p->hkv + h / (p->hq / p->hkv)];
+    q_head *qh = &p->qh[gq];
+    float *x = load_rows(q, b, h, rope ? rope->q_cos : NULL, rope ? rope->q_sin : NULL,
+                         rope ? rope->style : VCATTN_ROPE_INTERLEAVED);
+    qh->lse_shift = calloc((size_t)n, sizeof(float));
+    if (!x || !qh->lse_shift) {
+        free(x);
+        return VCATTN_ERR_OUT_OF_MEMORY;
+    }
+    for (int64_t t = 0; t < n; t++) {
+        if (kv->kmean) {
+            double s = 0.0;
+            for (int64_t i = 0; i < d; i++) s += (double)x[t * d + i] * kv->kmean[i];
+            qh->lse_shift[t] = (float)(s * p->sm_scale);
+        }
+        if (cfg->hadamard) cpu_hadamard(x + t * d, d);
+    }
+    vcattn_status st = quantize_scores(cfg->qk_format, 0, x, n, d, &qh->q);
+    free(x);
+    return st;
+}
+
+/* --------------------------------------------------------------- mainloop */
+
+/* P of one tile from its scores (dot products and their log2-domain
+ * multipliers) and the running maximum m (log2 units). */
+static void encode_probabilities(const vcattn_config *cfg, int64_t nt, const float *dot,
+                                 const float *mult, float m, float *prob) {
+    switch (cfg->p_format) {
+    case VCATTN_P_FP8_EXPCAST: {
+        /* One FMA per element: x = 8 (t - m) + 120 + beta, scales folded in. */
+        float bias = (120.0f + cfg->expcast_beta) - 8.0f * m;
+        for (int64_t j = 0; j < nt; j++)
+            prob[j] = vcattn_e4m3_decode(vcattn_expcast_code(fmaf(dot[j], 8.0f * mult[j], bias)));
+        break;
+    }
+    case VCATTN_P_FP8_CAST:
+        for (int64_t j = 0; j < nt; j++)
+            prob[j] = vcattn_round_e4m3(exp2f(fmaf(dot[j], mult[j], VCATTN_P_SCALE_LOG2 - m)));
+        break;
+    case VCATTN_P_EXACT:
+    case VCATTN_P_BF16:
+        for (int64_t j = 0; j < nt; j++) {
+            float e = exp2f(fmaf(dot[j], mult[j], -m));
+            prob[j] = cfg->p_format == VCATTN_P_BF16 ? vcattn_round_bf16(e) : e;
+        }
+        break;
+    case VCATTN_P_NVFP4: {
+        /* Row maximum is 1, so the tensor scale is 1/448 and 16 keys share an
+         * E4M3 scale, as SageAttention3 quantizes P. */
+        const float ts = 1.0f / VCATTN_E4M3_MAX;
+        for (int64_t j = 0; j < nt; j++) prob[j] = exp2f(fmaf(dot[j], mult[j], -m));
+        for (int64_t j0 = 0; j0 < nt; j0 += VCATTN_NVFP4_BLOCK) {
+            int64_t j1 = j0 + VCATTN_NVFP4_BLOCK < nt ? j0 + VCATTN_NVFP4_BLOCK : nt;
+            float a = 0.0f;
+            for (int64_t j = j0; j < j1; j++) a = fmaxf(a, prob[j]);
+            float bs = vcattn_e4m3_decode(vcattn_nvfp4_block_scale_code(a, ts)) * ts;
+            for (int64_t j = j0; j < j1; j++)
+                prob[j] = vcattn_e2m1_decode(vcattn_nvfp4_encode(prob[j], bs)) * bs;
+        }
+        break;
+    }
+    }
+}
+
+static float p_scale_log2(vcattn_p_format f) {
+    return f == VCATTN_P_FP8_CAST || f == VCATTN_P_FP8_EXPCAST ? VCATTN_P_SCALE_LOG2 : 0.0f;
+}
+
+/* One query row against every key tile: online softmax (eq. 1) with the mean
+ * restored from the tile row sum (eq. 6). */
+static void attend_row(const problem *p, const score_operand *q, const kv_head *kv, int64_t i,
+                       float *out_row, float *lse_out, float lse_shift) {
+    const vcattn_config *cfg = p->cfg;
+    const int64_t d = p->d, nk = p->nk;
+    const float *qv = q->val + i * d;
+    const float qmul = q->mul[i] * (p->sm_scale * LOG2E);
+    float dot[VCATTN_TILE], mult[VCATTN_TILE], prob[VCATTN_TILE];
+    float acc[VCATTN_MAX_HEAD_DIM], partial[VCATTN_MAX_HEAD_DIM];
+    float m = -INFINITY, l = 0.0f;
+    memset(acc, 0, (size_t)d * sizeof(float));
+
+    for (int64_t j0 = 0, tile = 0; j0 < nk; j0 += VCATTN_TILE, tile++) {
+        int64_t nt = nk - j0 < VCATTN_TILE ? nk - j0 : VCATTN_TILE;
+        float tile_max = -INFINITY;
+        for (int64_t j = 0; j < nt; j++) {
+            dot[j] = dot8(qv, kv->k.val + (j0 + j) * d, d);
+            mult[j] = qmul * kv->k.mul[j0 + j];
+            tile_max = fmaxf(tile_max, dot[j] * mult[j]);
+        }
+        float m_new = fmaxf(m, tile_max);
+        float alpha = exp2f(m - m_new);   /* 0 on the first tile (m = -inf) */
+        encode_probabilities(cfg, nt, dot, mult, m_new, prob);
+
+        /* Second accumulation level: each tile's product in a fresh float32
+         * partial, as the GPU promotes its FP8 wgmma accumulator per tile. */
+        float r = 0.0f;
+        memset(partial, 0, (size_t)d * sizeof(float));
+        for (int64_t j = 0; j < nt; j++) {
+            float pj = prob[j];
+            r += pj;
+            if (pj == 0.0f) continue;
+            const float *vrow = kv->v.val + (j0 + j) * d;
+            for (int64_t c = 0; c < d; c++) partial[c] += pj * vrow[c];
+        }
+        if (kv->v.mean) {
+            const float *mu = kv->v.mean + tile * d;
+            for (int64_t c = 0; c < d; c++) partial[c] = fmaf(r, mu[c], partial[c]);
+        }
+        float tmul = kv->v.tile_mul ? kv->v.tile_mul[tile] : 1.0f;
+        for (int64_t c = 0; c < d; c++) acc[c] = fmaf(acc[c], alpha, partial[c] * tmul);
+        l = fmaf(l, alpha, r);
+        m = m_new;
+    }
+    float inv_l = 1.0f / l;
+    for (int64_t c = 0; c < d; c++) out_row[c] = acc[c] * (kv->v.chan_mul[c] * inv_l);
+    *lse_out = (float)(LN2 * ((double)m + log2((double)l) - p_scale_log2(cfg->p_format))) + lse_shift;
+}
+
+/* ------------------------------------------------------------ the backend */
+
+static void free_problem(problem *p) {
+    if (p->kv)
+        for (int64_t g = 0; g < p->batch * p->hkv; g++) {
+            score_operand_free(&p->kv[g].k);
+            value_operand_free(&p->kv[g].v);
+            free(p->kv[g].kmean);
+        }
+    if (p->qh)
+        for (int64_t g = 0; g < p->batch * p->hq; g++) {
+            score_operand_free(&p->qh[g].q);
+            free(p->qh[g].lse_shift);
+        }
+    free(p->kv); free(p->qh); free(p->out); free(p->lse);
+}
+
+/* What this call does for V-Smooth, given the layer and this call's shape. */
+static vcattn_grouping resolve_plan(const vcattn_config *cfg, const vcattn_layer *layer,
+                                    const problem *p, int clusters) {
+    vcattn_grouping plan = vcattn_layer_plan(layer, cfg);
+    if ((plan == VCATTN_GROUP_WARM || plan == VCATTN_GROUP_REUSE) &&
+        !vsmooth_layer_matches(layer, p->batch, p->hkv, p->nk, p->d, clusters)) {
+        /* Stored grouping is for another shape: regroup inside the window,
+         * run plain outside it. */
+        int window = (int)ceil((double)cfg->group_window * layer->num_steps);
+        plan = layer->step < window ? VCATTN_GROUP_COLD : VCATTN_GROUP_NONE;
+    }
+    return plan;
+}
+
+vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
+                            const vcattn_tensor *q, const vcattn_tensor *k,
+                            const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
+                            const vcattn_rope *rope, vcattn_layer *layer) {
+    problem p = {0};
+    p.cfg = cfg;
+    p.batch = q->batch; p.hq = q->heads; p.hkv = k->heads;
+    p.nq = q->tokens; p.nk = k->tokens; p.d = q->head_dim;
+    p.sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)p.d);
+    const int64_t nkv = p.batch * p.hkv, nqh = p.batch * p.hq;
+    const int threads = thread_count(cfg);
+
+    int clusters = cfg->kmeans_clusters < p.nk ? cfg->kmeans_clusters : (int)p.nk;
+    vcattn_grouping plan = resolve_plan(cfg, layer, &p, clusters);
+    int groups = plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM;
+
+    /* New grouping lands in fresh arrays and replaces the layer's only once
+     * the whole call has succeeded, so a failed call leaves the state usable. */
+    float *centroids = NULL;
+    int32_t *perms = NULL;
+    p.kv = calloc((size_t)nkv, sizeof *p.kv);
+    p.qh = calloc((size_t)nqh, sizeof *p.qh);
+    p.out = malloc((size_t)(nqh * p.nq * p.d) * sizeof(float));
+    p.lse = malloc((size_t)(nqh * p.nq) * sizeof(float));
+    if (plan != VCATTN_GROUP_NONE) {
+        centroids = malloc((size_t)nkv * (size_t)clusters * (size_t)p.d * sizeof(float));
+        perms = malloc((size_t)(nkv * p.nk) * sizeof(int32_t));
+    }
+    vcattn_status st = VCATTN_OK;
+    if (!p.kv || !p.qh || !p.out || !p.lse || (plan != VCATTN_GROUP_NONE && (!centroids || !perms))) {
+        st = vcattn_fail(ctx, VCATTN_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
+        goto done;
+    }
+
+    int failed = 0;
+    #pragma omp parallel for num_threads(threads) schedule(dynamic) reduction(| : failed)
+    for (int64_t g = 0; g < nkv; g++)
+        failed |= prepare_kv(&p, k, v, rope, plan, clusters, layer, centroids, perms, g) != VCATTN_OK;
+    #pragma omp parallel for num_threads(threads) schedule(dynamic) reduction(| : failed)
+    for (int64_t g = 0; g < nqh; g++)
+        failed |= !failed && prepare_q(&p, q, rope, g) != VCATTN_OK;
+    if (failed) {
+        st = vcattn_fail(ctx, VCATTN_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
+        goto done;
+    }
+
+    const int64_t qtiles = (p.nq + VCATTN_TILE - 1) / VCATTN_TILE;
+    #pragma omp parallel for num_threads(threads) schedule(dynamic)
+    for (int64_t w = 0; w < nqh * qtiles; w++) {
+        int64_t gq = w / qtiles, i0 = (w % qtiles) * VCATTN_TILE;
+        int64_t i1 = i0 + VCATTN_TILE < p.nq ? i0 + VCATTN_TILE : p.nq;
+        int64_t b = gq / p.hq, h = gq % p.hq;
+        const kv_head *kv = &p.kv[b * p.hkv + h / (p.hq / p.hkv)];
+        for (int64_t i = i0; i < i1; i++)
+            attend_row(&p, &p.qh[gq].q, kv, i, p.out + (gq * p.nq + i) * p.d, p.lse + gq * p.nq + i,
+                       p.qh[gq].lse_shift[i]);
+    }
+
+    /* Only now, with nothing left to fail, touch the caller's buffers. */
+    for (int64_t gq = 0; gq < nqh; gq++)
+        for (int64_t i = 0; i < p.nq; i++)
+            vcattn_tensor_store_row(out, gq / p.hq, gq % p.hq, i, p.out + (gq * p.nq + i) * p.d);
+    if (lse) memcpy(lse, p.lse, (size_t)(nqh * p.nq) * sizeof(float));
+    if (layer && groups) {
+        vsmooth_layer_adopt(layer, p.batch, p.hkv, p.nk, p.d, clusters, centroids, perms);
+        centroids = NULL;
+        perms = NULL;
+    }
+done:
+    free(centroids);
+    free(perms);
+    free_problem(&p);
+    return st;
+}
+
+vcattn_status cpu_value_roundtrip(const vcattn_config *cfg, const float *v, int64_t n,
+                                  int64_t d, float *v_hat) {
+    value_operand op;
+    vcattn_status st = quantize_values(cfg->v_format, cfg->vsmooth, v, n, d, &op);
+    if (st) return st;
+    for (int64_t t = 0; t < n; t++) {
+        int64_t tile = t / VCATTN_TILE;
+        float tmul = op.tile_mul ? op.tile_mul[tile] : 1.0f;
+        for (int64_t c = 0; c < d; c++) {
+            float x = op.val[t * d + c] + (op.mean ? op.mean[tile * d + c] : 0.0f);
+            v_hat[t * d + c] = x * tmul * op.chan_mul[c];
+        }
+    }
+    value_operand_free(&op);
+    return VCATTN_OK;
+}

@@ -1,0 +1,31 @@
+/* The CPU backend: the whole VC-Attention pipeline in portable C11, with the
+ * tiling of the GPU kernel (128-key tiles), multi-threaded with OpenMP. It is
+ * the oracle every other backend is tested against. */
+#ifndef VCATTN_CPU_BACKEND_H
+#define VCATTN_CPU_BACKEND_H
+
+#include "../core/internal.h"
+
+/* Arguments already validated by vcattn_attention. */
+vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
+                            const vcattn_tensor *q, const vcattn_tensor *k,
+                            const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
+                            const vcattn_rope *rope, vcattn_layer *layer);
+
+/* In-place normalized Walsh-Hadamard transform of x[d], d a power of two. */
+void cpu_hadamard(float *x, int64_t d);
+
+/* Rotates row x[d] of token `token` in place with the given tables [n][d/2]. */
+void cpu_rope_row(float *x, int64_t d, const float *cos_tab, const float *sin_tab,
+                  int64_t token, vcattn_rope_style style);
+
+/*
+ * The value path alone, for analyses: quantizes one head's V [n][d] (already
+ * in the order wanted) as cfg's v_format and vsmooth say, and writes the
+ * reconstruction (what the kernel effectively multiplies, means restored) to
+ * v_hat [n][d].
+ */
+vcattn_status cpu_value_roundtrip(const vcattn_config *cfg, const float *v, int64_t n,
+                                  int64_t d, float *v_hat);
+
+#endif

@@ -1,0 +1,224 @@
+/* Quantizers of the CPU backend, one per format and operand; the granularity
+ * of every scale is documented in docs/formats.md and is the GPU kernels'. */
+#include "operands.h"
+#include "../formats/formats.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void score_operand_free(score_operand *op) {
+    free(op->val);
+    free(op->mul);
+    memset(op, 0, sizeof *op);
+}
+
+void value_operand_free(value_operand *op) {
+    free(op->val);
+    free(op->mean);
+    free(op->chan_mul);
+    free(op->tile_mul);
+    memset(op, 0, sizeof *op);
+}
+
+static float amax_rows(const float *x, int64_t d, int64_t r0, int64_t r1) {
+    float a = 0.0f;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t i = 0; i < d; i++) a = fmaxf(a, fabsf(x[r * d + i]));
+    return a;
+}
+
+/* INT8 keys: within each 128-key tile, keys with the same (key % 8) / 2 share
+ * a scale (the keys one GPU thread holds). */
+static void int8_keys(const float *x, int64_t n, int64_t d, score_operand *op) {
+    for (int64_t t0 = 0; t0 < n; t0 += VCATTN_TILE) {
+        int64_t t1 = t0 + VCATTN_TILE < n ? t0 + VCATTN_TILE : n;
+        for (int g = 0; g < VCATTN_K_LANE_GROUPS; g++) {
+            float a = 0.0f;
+            for (int64_t r = t0; r < t1; r++)
+                if (vcattn_k_lane_group(r - t0) == g) a = fmaxf(a, amax_rows(x, d, r, r + 1));
+            vcattn_int8_scale s = vcattn_int8_scale_from_amax(a);
+            for (int64_t r = t0; r < t1; r++) {
+                if (vcattn_k_lane_group(r - t0) != g) continue;
+                for (int64_t i = 0; i < d; i++)
+                    op->val[r * d + i] = (float)vcattn_int8_encode(x[r * d + i], s.inv_scale);
+                op->mul[r] = s.scale;
+            }
+        }
+    }
+}
+
+/* INT8 queries: one scale per token (each GPU thread's accumulator rows). */
+static void int8_queries(const float *x, int64_t n, int64_t d, score_operand *op) {
+    for (int64_t r = 0; r < n; r++) {
+        vcattn_int8_scale s = vcattn_int8_scale_from_amax(amax_rows(x, d, r, r + 1));
+        for (int64_t i = 0; i < d; i++)
+            op->val[r * d + i] = (float)vcattn_int8_encode(x[r * d + i], s.inv_scale);
+        op->mul[r] = s.scale;
+    }
+}
+
+/* E4M3 with one scale per 128-token block: the naive 8-bit baseline. */
+static void fp8_blocks(const float *x, int64_t n, int64_t d, score_operand *op) {
+    for (int64_t t0 = 0; t0 < n; t0 += VCATTN_TILE) {
+        int64_t t1 = t0 + VCATTN_TILE < n ? t0 + VCATTN_TILE : n;
+        float a = amax_rows(x, d, t0, t1);
+        float inv = a > 0.0f ? VCATTN_E4M3_MAX / a : 0.0f;
+        for (int64_t r = t0; r < t1; r++) {
+            for (int64_t i = 0; i < d; i++)
+                op->val[r * d + i] = vcattn_round_e4m3(x[r * d + i] * inv);
+            op->mul[r] = a / VCATTN_E4M3_MAX;
+        }
+    }
+}
+
+/* NVFP4 along the contraction (channel) axis: 16 channels share an E4M3
+ * scale, the head's tensor scale goes into the row multiplier. */
+static void nvfp4_rows(const float *x, int64_t n, int64_t d, score_operand *op) {
+    float ts = vcattn_nvfp4_tensor_scale(amax_rows(x, d, 0, n));
+    for (int64_t r = 0; r < n; r++) {
+        for (int64_t c0 = 0; c0 < d; c0 += VCATTN_NVFP4_BLOCK) {
+            float a = 0.0f;
+            for (int64_t i = c0; i < c0 + VCATTN_NVFP4_BLOCK; i++) a = fmaxf(a, fabsf(x[r * d + i]));
+            float bs = vcattn_e4m3_decode(vcattn_nvfp4_block_scale_code(a, ts));
+            for (int64_t i = c0; i < c0 + VCATTN_NVFP4_BLOCK; i++)
+                op->val[r * d + i] = vcattn_e2m1_decode(vcattn_nvfp4_encode(x[r * d + i], bs * ts)) * bs;
+        }
+        op->mul[r] = ts;
+    }
+}
+
+vcattn_status quantize_scores(vcattn_qk_format fmt, int is_key, const float *x, int64_t n,
+                              int64_t d, score_operand *op) {
+    op->n = n;
+    op->d = d;
+    op->val = malloc((size_t)(n * d) * sizeof(float));
+    op->mul = malloc((size_t)n * sizeof(float));
+    if (!op->val || !op->mul) {
+        score_operand_free(op);
+        return VCATTN_ERR_OUT_OF_MEMORY;
+    }
+    switch (fmt) {
+    case VCATTN_QK_EXACT:
+        memcpy(op->val, x, (size_t)(n * d) * sizeof(float));
+        for (int64_t r = 0; r < n; r++) op->mul[r] = 1.0f;
+        break;
+    case VCATTN_QK_INT8:
+        if (is_key) int8_keys(x, n, d, op);
+        else int8_queries(x, n, d, op);
+        break;
+    case VCATTN_QK_FP8: fp8_blocks(x, n, d, op); break;
+    case VCATTN_QK_NVFP4: nvfp4_rows(x, n, d, op); break;
+    }
+    return VCATTN_OK;
+}
+
+/* ---------------------------------------------------------------- values */
+
+/* Means are stored in 16 bits in code units (divided by the scale), so the
+ * scale may not be so small that |mean| / scale overflows binary16: it is
+ * floored at max|mean| / MEAN_HEADROOM codes. */
+#define MEAN_HEADROOM_FP8 128.0f    /* 448 * 128 = 57344 < 65504 */
+#define MEAN_HEADROOM_FP4 20.0f     /* 2688 * 20 = 53760 < 65504 */
+
+static void block_means(const float *v, int64_t n, int64_t d, float *mean) {
+    for (int64_t t0 = 0, j = 0; t0 < n; t0 += VCATTN_TILE, j++) {
+        int64_t t1 = t0 + VCATTN_TILE < n ? t0 + VCATTN_TILE : n;
+        for (int64_t i = 0; i < d; i++) {
+            double s = 0.0;
+            for (int64_t r = t0; r < t1; r++) s += v[r * d + i];
+            mean[j * d + i] = (float)(s / (double)(t1 - t0));
+        }
+    }
+}
+
+static float amax_means_channel(const float *mean, int64_t tiles, int64_t d, int64_t c) {
+    float a = 0.0f;
+    if (mean)
+        for (int64_t j = 0; j < tiles; j++) a = fmaxf(a, fabsf(mean[j * d + c]));
+    return a;
+}
+
+static void fp8_values_per_channel(const float *r, int64_t n, int64_t d, value_operand *op) {
+    for (int64_t c = 0; c < d; c++) {
+        float a = 0.0f;
+        for (int64_t t = 0; t < n; t++) a = fmaxf(a, fabsf(r[t * d + c]));
+        a = fmaxf(a, amax_means_channel(op->mean, op->tiles, d, c) / MEAN_HEADROOM_FP8);
+        float inv = a > 0.0f ? VCATTN_E4M3_MAX / a : 0.0f;
+        for (int64_t t = 0; t < n; t++) op->val[t * d + c] = vcattn_round_e4m3(r[t * d + c] * inv);
+        if (op->mean)
+            for (int64_t j = 0; j < op->tiles; j++)
+                op->mean[j * d + c] = vcattn_round_f16(op->mean[j * d + c] * inv);
+        op->chan_mul[c] = a / VCATTN_E4M3_MAX;
+    }
+}
+
+static void fp8_values_per_tile(const float *r, int64_t n, int64_t d, value_operand *op) {
+    for (int64_t c = 0; c < d; c++) op->chan_mul[c] = 1.0f;
+    for (int64_t t0 = 0, j = 0; t0 < n; t0 += VCATTN_TILE, j++) {
+        int64_t t1 = t0 + VCATTN_TILE < n ? t0 + VCATTN_TILE : n;
+        float a = amax_rows(r, d, t0, t1);
+        if (op->mean)
+            for (int64_t c = 0; c < d; c++) a = fmaxf(a, fabsf(op->mean[j * d + c]) / MEAN_HEADROOM_FP8);
+        float inv = a > 0.0f ? VCATTN_E4M3_MAX / a : 0.0f;
+        for (int64_t i = t0 * d; i < t1 * d; i++) op->val[i] = vcattn_round_e4m3(r[i] * inv);
+        if (op->mean)
+            for (int64_t c = 0; c < d; c++)
+                op->mean[j * d + c] = vcattn_round_f16(op->mean[j * d + c] * inv);
+        op->tile_mul[j] = a / VCATTN_E4M3_MAX;
+    }
+}
+
+/* NVFP4 along the contraction (token) axis: 16 consecutive tokens of one
+ * channel share an E4M3 scale; the head's tensor scale is the epilogue's. */
+static void nvfp4_values(const float *r, int64_t n, int64_t d, value_operand *op) {
+    float a = amax_rows(r, d, 0, n);
+    if (op->mean)
+        for (int64_t i = 0; i < op->tiles * d; i++) a = fmaxf(a, fabsf(op->mean[i]) / MEAN_HEADROOM_FP4);
+    float ts = vcattn_nvfp4_tensor_scale(a);
+    for (int64_t c = 0; c < d; c++) {
+        for (int64_t t0 = 0; t0 < n; t0 += VCATTN_NVFP4_BLOCK) {
+            int64_t t1 = t0 + VCATTN_NVFP4_BLOCK < n ? t0 + VCATTN_NVFP4_BLOCK : n;
+            float ba = 0.0f;
+            for (int64_t t = t0; t < t1; t++) ba = fmaxf(ba, fabsf(r[t * d + c]));
+            float bs = vcattn_e4m3_decode(vcattn_nvfp4_block_scale_code(ba, ts));
+            for (int64_t t = t0; t < t1; t++)
+                op->val[t * d + c] = vcattn_e2m1_decode(vcattn_nvfp4_encode(r[t * d + c], bs * ts)) * bs;
+        }
+        op->chan_mul[c] = ts;
+    }
+    if (op->mean)
+        for (int64_t i = 0; i < op->tiles * d; i++) op->mean[i] = vcattn_round_f16(op->mean[i] / ts);
+}
+
+vcattn_status quantize_values(vcattn_v_format fmt, int demean, const float *v, int64_t n,
+                              int64_t d, value_operand *op) {
+    memset(op, 0, sizeof *op);
+    op->n = n;
+    op->d = d;
+    op->tiles = (n + VCATTN_TILE - 1) / VCATTN_TILE;
+    op->val = malloc((size_t)(n * d) * sizeof(float));
+    op->chan_mul = malloc((size_t)d * sizeof(float));
+    if (demean) op->mean = malloc((size_t)(op->tiles * d) * sizeof(float));
+    if (fmt == VCATTN_V_FP8_BLOCK) op->tile_mul = malloc((size_t)op->tiles * sizeof(float));
+    if (!op->val || !op->chan_mul || (demean && !op->mean) ||
+        (fmt == VCATTN_V_FP8_BLOCK && !op->tile_mul)) {
+        value_operand_free(op);
+        return VCATTN_ERR_OUT_OF_MEMORY;
+    }
+    /* Residual (into op->val for now): V minus its block mean. */
+    memcpy(op->val, v, (size_t)(n * d) * sizeof(float));
+    if (demean) {
+        block_means(v, n, d, op->mean);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t i = 0; i < d; i++) op->val[t * d + i] -= op->mean[(t / VCATTN_TILE) * d + i];
+    }
+    switch (fmt) {
+    case VCATTN_V_EXACT:
+        for (int64_t c = 0; c < d; c++) op->chan_mul[c] = 1.0f;
+        break;  /* residual and means stay in float32: demeaning is exact */
+    case VCATTN_V_FP8_CHANNEL: fp8_values_per_channel(op->val, n, d, op); break;
+    case VCATTN_V_FP8_BLOCK: fp8_values_per_tile(op->val, n, d, op); break;
+    case VCATTN_V_NVFP4: nvfp4_values(op->val, n, d, op); break;
+    }
+    return VCATTN_OK;
+}

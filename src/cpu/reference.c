@@ -1,0 +1,99 @@
+/* FP64 reference attention; see reference.h. Per (batch, kv head) the keys
+ * and values are decoded (and K rotated) once into double buffers, then every
+ * query row of the heads sharing that kv head is done on its own: scores,
+ * direct softmax, P V, all in double and in a fixed order, so the result does
+ * not depend on the thread count. */
+#include "reference.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+
+#include "../formats/halfs.h"
+
+/* Row (b, h, n) of a view as double; head_dim is contiguous. */
+static void load_row_f64(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n, double *dst) {
+    int64_t off = b * t->stride_batch + h * t->stride_head + n * t->stride_token;
+    int64_t d = t->head_dim;
+    if (t->dtype == VCATTN_DTYPE_F32) {
+        const float *p = (const float *)t->data + off;
+        for (int64_t i = 0; i < d; i++) dst[i] = p[i];
+    } else if (t->dtype == VCATTN_DTYPE_F16) {
+        const uint16_t *p = (const uint16_t *)t->data + off;
+        for (int64_t i = 0; i < d; i++) dst[i] = vcattn_f16_to_f32(p[i]);
+    } else {
+        const uint16_t *p = (const uint16_t *)t->data + off;
+        for (int64_t i = 0; i < d; i++) dst[i] = vcattn_bf16_to_f32(p[i]);
+    }
+}
+
+/* Rotates x[d] of token `token` by the tables [.][d/2], in double. */
+static void rope_row_f64(double *x, int64_t d, const float *cos_tab, const float *sin_tab,
+                         int64_t token, vcattn_rope_style style) {
+    int64_t half = d / 2;
+    const float *cr = cos_tab + token * half, *sr = sin_tab + token * half;
+    for (int64_t i = 0; i < half; i++) {
+        int64_t i0 = style == VCATTN_ROPE_INTERLEAVED ? 2 * i : i;
+        int64_t i1 = style == VCATTN_ROPE_INTERLEAVED ? 2 * i + 1 : i + half;
+        double c = cr[i], s = sr[i], a = x[i0], b = x[i1];
+        x[i0] = a * c - b * s;
+        x[i1] = a * s + b * c;
+    }
+}
+
+vcattn_status vcattn_reference_attention(const vcattn_tensor *q, const vcattn_tensor *k,
+                                         const vcattn_tensor *v, const vcattn_rope *rope,
+                                         float sm_scale, double *out, double *lse) {
+    const int64_t B = q->batch, Hq = q->heads, Hkv = k->heads, Nq = q->tokens, Nk = k->tokens;
+    const int64_t D = q->head_dim, group = Hq / Hkv;
+    const double scale = sm_scale != 0.0f ? (double)sm_scale : 1.0 / sqrt((double)D);
+    const int nthreads = omp_get_max_threads();
+
+    /* One block: rotated K and V of one kv head, then per thread a score row
+     * [Nk] and a query row [D]. Always non-empty since D >= 1. */
+    size_t kv_len = (size_t)Nk * (size_t)D, scratch_len = (size_t)Nk + (size_t)D;
+    double *buf = malloc((2 * kv_len + (size_t)nthreads * scratch_len) * sizeof(double));
+    if (!buf) return VCATTN_ERR_OUT_OF_MEMORY;
+    double *kd = buf, *vd = buf + kv_len, *scratch = buf + 2 * kv_len;
+
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t hk = 0; hk < Hkv; hk++) {
+#pragma omp parallel for schedule(static)
+            for (int64_t j = 0; j < Nk; j++) {
+                load_row_f64(k, b, hk, j, kd + j * D);
+                load_row_f64(v, b, hk, j, vd + j * D);
+                if (rope) rope_row_f64(kd + j * D, D, rope->k_cos, rope->k_sin, j, rope->style);
+            }
+#pragma omp parallel for schedule(dynamic, 16)
+            for (int64_t r = 0; r < group * Nq; r++) {
+                int64_t hq = hk * group + r / Nq, i = r % Nq;
+                double *s = scratch + (size_t)omp_get_thread_num() * scratch_len, *qr = s + Nk;
+                load_row_f64(q, b, hq, i, qr);
+                if (rope) rope_row_f64(qr, D, rope->q_cos, rope->q_sin, i, rope->style);
+                double mx = -INFINITY;
+                for (int64_t j = 0; j < Nk; j++) {
+                    const double *kr = kd + j * D;
+                    double dot = 0.0;
+                    for (int64_t d = 0; d < D; d++) dot += qr[d] * kr[d];
+                    s[j] = scale * dot;
+                    if (s[j] > mx) mx = s[j];
+                }
+                double sum = 0.0;
+                for (int64_t j = 0; j < Nk; j++) {
+                    s[j] = exp(s[j] - mx);
+                    sum += s[j];
+                }
+                double *o = out + ((b * Hq + hq) * Nq + i) * D;
+                for (int64_t d = 0; d < D; d++) o[d] = 0.0;
+                for (int64_t j = 0; j < Nk; j++) {
+                    const double *vr = vd + j * D;
+                    for (int64_t d = 0; d < D; d++) o[d] += s[j] * vr[d];
+                }
+                for (int64_t d = 0; d < D; d++) o[d] /= sum;
+                if (lse) lse[(b * Hq + hq) * Nq + i] = mx + log(sum);
+            }
+        }
+    }
+    free(buf);
+    return VCATTN_OK;
+}

@@ -1,0 +1,208 @@
+/* The C API's contract: every bad input gets its own status and a message,
+ * never a crash, and the output buffer is not written on error. */
+#include "testlib.h"
+#include "vcattn.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define B 1
+#define H 2
+#define N 40
+#define D 64
+#define SENTINEL 0x7fa5a5a5u  /* a NaN pattern no result can produce */
+
+static float q[B * H * N * D], k[B * H * N * D], v[B * H * N * D], out[B * H * N * D];
+static float cos_tab[N * D / 2], sin_tab[N * D / 2];
+
+static void fill(void) {
+    for (int i = 0; i < B * H * N * D; i++) {
+        q[i] = (float)((i * 37) % 23) / 23.0f - 0.5f;
+        k[i] = (float)((i * 11) % 19) / 19.0f - 0.3f;
+        v[i] = (float)((i * 7) % 29) / 29.0f;
+    }
+    for (int i = 0; i < N * D / 2; i++) { cos_tab[i] = 1.0f; sin_tab[i] = 0.0f; }
+}
+
+static void poison(void) {
+    for (int i = 0; i < B * H * N * D; i++) memcpy(&out[i], &(uint32_t){SENTINEL}, 4);
+}
+
+static int untouched(void) {
+    for (int i = 0; i < B * H * N * D; i++) {
+        uint32_t u;
+        memcpy(&u, &out[i], 4);
+        if (u != SENTINEL) return 0;
+    }
+    return 1;
+}
+
+typedef struct {
+    vcattn_config cfg;
+    vcattn_tensor q, k, v, out;
+    vcattn_rope rope;
+    const vcattn_rope *rope_ptr;
+} call_t;
+
+static call_t good_call(void) {
+    call_t c;
+    c.cfg = vcattn_config_default();
+    c.q = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, B, H, N, D);
+    c.k = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, B, H, N, D);
+    c.v = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, B, H, N, D);
+    c.out = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, B, H, N, D);
+    vcattn_rope r = {VCATTN_ROPE_INTERLEAVED, cos_tab, sin_tab, cos_tab, sin_tab};
+    c.rope = r;
+    c.rope_ptr = NULL;
+    return c;
+}
+
+static void expect(vcattn_context *ctx, call_t *c, vcattn_status want, const char *what) {
+    poison();
+    vcattn_status s = vcattn_attention(ctx, &c->cfg, &c->q, &c->k, &c->v, &c->out, NULL, c->rope_ptr, NULL);
+    CHECK(s == want, "%s: got '%s', want '%s'", what, vcattn_status_string(s), vcattn_status_string(want));
+    CHECK(strlen(vcattn_last_error(ctx)) > 0, "%s: no message", what);
+    CHECK(untouched(), "%s: output written on error", what);
+}
+
+static void test_bad_inputs(vcattn_context *ctx) {
+    call_t c;
+    c = good_call(); c.q.data = NULL; expect(ctx, &c, VCATTN_ERR_NULL_POINTER, "NULL q data");
+    c = good_call(); c.out.data = NULL; expect(ctx, &c, VCATTN_ERR_NULL_POINTER, "NULL out data");
+    c = good_call(); c.q.tokens = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "zero tokens");
+    c = good_call(); c.k.batch = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "zero batch");
+    c = good_call(); c.q.head_dim = c.k.head_dim = c.v.head_dim = c.out.head_dim = 60;
+    expect(ctx, &c, VCATTN_ERR_UNSUPPORTED_HEAD_DIM, "head dim 60 (not a multiple of 8)");
+    c = good_call(); c.q.head_dim = c.k.head_dim = c.v.head_dim = c.out.head_dim = 264;
+    expect(ctx, &c, VCATTN_ERR_UNSUPPORTED_HEAD_DIM, "head dim 264 (over 256)");
+    c = good_call(); c.v.head_dim = 32; expect(ctx, &c, VCATTN_ERR_SHAPE_MISMATCH, "v head dim differs");
+    c = good_call(); c.v.tokens = N - 1; expect(ctx, &c, VCATTN_ERR_SHAPE_MISMATCH, "k/v token mismatch");
+    c = good_call(); c.out.tokens = N - 1; expect(ctx, &c, VCATTN_ERR_SHAPE_MISMATCH, "out token mismatch");
+    c = good_call(); c.out.heads = 1; expect(ctx, &c, VCATTN_ERR_SHAPE_MISMATCH, "out heads mismatch");
+    c = good_call(); c.q.heads = 3; c.out.heads = 3;
+    expect(ctx, &c, VCATTN_ERR_SHAPE_MISMATCH, "Hq not a multiple of Hkv");
+    c = good_call(); c.k.batch = 2; expect(ctx, &c, VCATTN_ERR_SHAPE_MISMATCH, "batch mismatch");
+    c = good_call(); c.q.dtype = (vcattn_dtype)7; expect(ctx, &c, VCATTN_ERR_UNSUPPORTED_DTYPE, "bad dtype");
+    c = good_call(); c.k.stride_token = -D; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative stride");
+    c = good_call(); c.out.stride_token = 1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "overlapping out rows");
+    c = good_call(); c.cfg.kmeans_clusters = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "0 clusters");
+    c = good_call(); c.cfg.group_window = 1.5f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "window > 1");
+    c = good_call(); c.cfg.sm_scale = -1.0f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative sm_scale");
+    c = good_call(); c.cfg.sm_scale = NAN; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "NaN sm_scale");
+    c = good_call(); c.cfg.p_format = (vcattn_p_format)42; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "bad p format");
+    c = good_call(); c.q.head_dim = c.k.head_dim = c.v.head_dim = c.out.head_dim = 24; c.cfg.hadamard = 1;
+    expect(ctx, &c, VCATTN_ERR_UNSUPPORTED_CONFIG, "Hadamard with head dim 24");
+    c = good_call(); c.q.head_dim = c.k.head_dim = c.v.head_dim = c.out.head_dim = 24;
+    vcattn_config_from_method("sage3-4bit", &c.cfg);
+    expect(ctx, &c, VCATTN_ERR_UNSUPPORTED_CONFIG, "NVFP4 with head dim 24");
+    c = good_call(); c.rope.k_sin = NULL; c.rope_ptr = &c.rope;
+    expect(ctx, &c, VCATTN_ERR_NULL_POINTER, "rope table missing");
+    c = good_call(); c.rope.style = (vcattn_rope_style)9; c.rope_ptr = &c.rope;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "bad rope style");
+
+    /* Non-finite inputs: rejected by default (policy in docs/formats.md). */
+    float saved = q[5];
+    q[5] = NAN;
+    c = good_call(); expect(ctx, &c, VCATTN_ERR_NONFINITE_INPUT, "NaN in q");
+    q[5] = saved;
+    saved = v[B * H * N * D - 1];
+    v[B * H * N * D - 1] = INFINITY;
+    c = good_call(); expect(ctx, &c, VCATTN_ERR_NONFINITE_INPUT, "Inf in v");
+    v[B * H * N * D - 1] = saved;
+    cos_tab[3] = NAN;
+    c = good_call(); c.rope_ptr = &c.rope; expect(ctx, &c, VCATTN_ERR_NONFINITE_INPUT, "NaN in rope table");
+    cos_tab[3] = 1.0f;
+
+    /* With the check off, NaN flows to the output: no crash, status OK. */
+    q[5] = NAN;
+    c = good_call(); c.cfg.check_finite = 0;
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK,
+          "unchecked NaN call returns");
+    q[5] = saved;
+
+    /* NULL arguments. */
+    c = good_call();
+    CHECK(vcattn_attention(NULL, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_ERR_NULL_POINTER,
+          "NULL context");
+    CHECK(vcattn_attention(ctx, NULL, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_ERR_NULL_POINTER,
+          "NULL config");
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, NULL, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_ERR_NULL_POINTER,
+          "NULL k");
+
+    /* And a good call still works after all of that, N = 1 included. */
+    c = good_call(); c.rope_ptr = &c.rope;
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, c.rope_ptr, NULL) == VCATTN_OK,
+          "good call: %s", vcattn_last_error(ctx));
+    CHECK(strlen(vcattn_last_error(ctx)) == 0, "message cleared by a good call");
+    c = good_call(); c.q.tokens = c.k.tokens = c.v.tokens = c.out.tokens = 1;
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK, "N = 1");
+    int finite = 1;
+    for (int i = 0; i < D; i++) finite &= isfinite(out[i]);
+    CHECK(finite, "N = 1 output finite");
+}
+
+static void test_objects(void) {
+    CHECK(vcattn_version_number() == VCATTN_VERSION_NUMBER, "runtime version matches header");
+    CHECK(strlen(vcattn_version_string()) >= 5, "version string");
+    for (int s = 0; s < VCATTN_STATUS_COUNT; s++) {
+        CHECK(vcattn_status_string((vcattn_status)s) != NULL, "status %d has a string", s);
+        for (int t = 0; t < s; t++)
+            CHECK(strcmp(vcattn_status_string((vcattn_status)s), vcattn_status_string((vcattn_status)t)) != 0,
+                  "status strings %d and %d are distinct", s, t);
+    }
+    CHECK(strcmp(vcattn_status_string((vcattn_status)999), "unknown status") == 0, "out-of-range status");
+
+    vcattn_config c;
+    for (const char *const *m = vcattn_method_names(); *m; m++) {
+        CHECK(vcattn_config_from_method(*m, &c) == VCATTN_OK, "method %s", *m);
+        char name[64];
+        snprintf(name, sizeof name, "%s+hadamard", *m);
+        CHECK(vcattn_config_from_method(name, &c) == VCATTN_OK && c.hadamard, "method %s", name);
+    }
+    CHECK(vcattn_config_from_method("vc+hadamard+hadamard", &c) == VCATTN_ERR_UNKNOWN_NAME, "double suffix");
+    CHECK(vcattn_config_from_method("nosuch", &c) == VCATTN_ERR_UNKNOWN_NAME, "unknown method");
+    CHECK(vcattn_config_from_method("+hadamard", &c) == VCATTN_ERR_UNKNOWN_NAME, "suffix alone");
+    CHECK(vcattn_config_from_method(NULL, &c) == VCATTN_ERR_NULL_POINTER, "NULL method");
+    vcattn_config d = vcattn_config_default(), vc;
+    vcattn_config_from_method("vc", &vc);
+    CHECK(memcmp(&d, &vc, sizeof d) == 0, "the default is the vc method");
+
+    vcattn_context *ctx = NULL;
+    CHECK(vcattn_create(NULL, VCATTN_BACKEND_CPU) == VCATTN_ERR_NULL_POINTER, "create(NULL)");
+    CHECK(vcattn_create(&ctx, (vcattn_backend)9) == VCATTN_ERR_INVALID_ARGUMENT && ctx == NULL, "bad backend");
+    CHECK(vcattn_create(&ctx, VCATTN_BACKEND_AUTO) == VCATTN_OK, "auto backend");
+    const char *why = NULL;
+    int cuda = vcattn_backend_available(VCATTN_BACKEND_CUDA, &why);
+    CHECK(why != NULL && (cuda || strlen(why) > 0), "cuda availability has a reason");
+    CHECK(vcattn_context_backend(ctx) == (cuda ? VCATTN_BACKEND_CUDA : VCATTN_BACKEND_CPU), "auto resolves");
+    vcattn_destroy(ctx);
+    ctx = NULL;
+    if (!cuda) {
+        CHECK(vcattn_create(&ctx, VCATTN_BACKEND_CUDA) == VCATTN_ERR_BACKEND_UNAVAILABLE && ctx == NULL,
+              "cuda unavailable: %s", why);
+    }
+    vcattn_destroy(ctx);
+    vcattn_destroy(NULL);
+
+    vcattn_layer *layer = NULL;
+    CHECK(vcattn_layer_create(&layer, 0) == VCATTN_ERR_INVALID_ARGUMENT && !layer, "layer with 0 steps");
+    CHECK(vcattn_layer_create(&layer, 40) == VCATTN_OK, "layer");
+    CHECK(vcattn_layer_set_step(layer, -1) == VCATTN_ERR_INVALID_ARGUMENT, "negative step");
+    CHECK(vcattn_layer_set_step(NULL, 1) == VCATTN_ERR_NULL_POINTER, "NULL layer");
+    vcattn_layer_destroy(layer);
+    vcattn_layer_destroy(NULL);
+
+    vcattn_workload w;
+    CHECK(vcattn_workload_generate("nosuch", 1, &w) == VCATTN_ERR_UNKNOWN_NAME, "unknown workload");
+    vcattn_workload_free(NULL);
+}
+
+int main(void) {
+    fill();
+    vcattn_context *ctx;
+    if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return 1;
+    test_bad_inputs(ctx);
+    vcattn_destroy(ctx);
+    test_objects();
+    return tl_finish("test_api");
+}

@@ -1,0 +1,315 @@
+/* Properties of the CPU backend's attention: exactness when every quantizer
+ * is off (online softmax, V-Smooth permutation and mean restoration are
+ * exact), the ExpCast row bound, LSE, layouts, GQA, determinism, guards, and
+ * the fidelity ordering of the methods on the built-in workload. */
+#include "testlib.h"
+#include "vcattn.h"
+#include "cpu/reference.h"
+#include "formats/formats.h"
+#include "metrics.h"
+
+#include <string.h>
+
+static uint64_t rng = 88172645463325252ULL;
+static double urand(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+static float nrand(void) {
+    double u = urand() + 1e-12, v = urand();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+static float *random_tensor(int64_t count, float scale, float offset) {
+    float *x = malloc((size_t)count * sizeof *x);
+    for (int64_t i = 0; i < count; i++) x[i] = offset + scale * nrand();
+    return x;
+}
+
+/* Every switch off: plain float32 attention. */
+static vcattn_config exact_config(void) {
+    vcattn_config c = vcattn_config_default();
+    c.qk_format = VCATTN_QK_EXACT;
+    c.k_smoothing = 0;
+    c.p_format = VCATTN_P_EXACT;
+    c.v_format = VCATTN_V_EXACT;
+    c.vsmooth = 0;
+    return c;
+}
+
+typedef struct {
+    int64_t b, hq, hkv, nq, nk, d;
+    float *q, *k, *v, *out, *lse;
+    double *ref, *ref_lse;
+    vcattn_tensor tq, tk, tv, tout;
+} case_t;
+
+static void case_init(case_t *t, int64_t b, int64_t hq, int64_t hkv, int64_t nq, int64_t nk,
+                      int64_t d, float v_offset) {
+    memset(t, 0, sizeof *t);
+    t->b = b; t->hq = hq; t->hkv = hkv; t->nq = nq; t->nk = nk; t->d = d;
+    t->q = random_tensor(b * hq * nq * d, 1.0f, 0.0f);
+    t->k = random_tensor(b * hkv * nk * d, 1.0f, 0.5f);   /* offset: smoothing matters */
+    t->v = random_tensor(b * hkv * nk * d, 1.0f, v_offset);
+    t->out = malloc((size_t)(b * hq * nq * d) * sizeof(float));
+    t->lse = malloc((size_t)(b * hq * nq) * sizeof(float));
+    t->ref = malloc((size_t)(b * hq * nq * d) * sizeof(double));
+    t->ref_lse = malloc((size_t)(b * hq * nq) * sizeof(double));
+    t->tq = vcattn_tensor_bhnd(t->q, VCATTN_DTYPE_F32, b, hq, nq, d);
+    t->tk = vcattn_tensor_bhnd(t->k, VCATTN_DTYPE_F32, b, hkv, nk, d);
+    t->tv = vcattn_tensor_bhnd(t->v, VCATTN_DTYPE_F32, b, hkv, nk, d);
+    t->tout = vcattn_tensor_bhnd(t->out, VCATTN_DTYPE_F32, b, hq, nq, d);
+    vcattn_reference_attention(&t->tq, &t->tk, &t->tv, NULL, 0.0f, t->ref, t->ref_lse);
+}
+
+static void case_free(case_t *t) {
+    free(t->q); free(t->k); free(t->v); free(t->out); free(t->lse); free(t->ref); free(t->ref_lse);
+}
+
+static vcattn_status run(vcattn_context *ctx, const vcattn_config *cfg, case_t *t, vcattn_layer *layer) {
+    return vcattn_attention(ctx, cfg, &t->tq, &t->tk, &t->tv, &t->tout, t->lse, NULL, layer);
+}
+
+static double lse_max_err(const case_t *t) {
+    double e = 0.0;
+    for (int64_t i = 0; i < t->b * t->hq * t->nq; i++) e = fmax(e, fabs(t->lse[i] - t->ref_lse[i]));
+    return isnan(e) ? INFINITY : e;
+}
+
+/* Online softmax over 128-key tiles equals direct softmax, and V-Smooth with
+ * every quantizer off (permutation, demeaning, mean restoration) is exact to
+ * float32 rounding, on awkward shapes. */
+static void test_exact_paths(vcattn_context *ctx) {
+    const int64_t nks[] = {1, 17, 127, 128, 129, 300};
+    for (size_t i = 0; i < sizeof nks / sizeof nks[0]; i++) {
+        case_t t;
+        case_init(&t, 2, 4, 2, 33, nks[i], 64, 3.0f);
+        vcattn_config c = exact_config();
+        vcattn_metrics m;
+        CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "exact run: %s", vcattn_last_error(ctx));
+        metrics_compute(t.out, t.ref, t.b * t.hq * t.nq, t.d, &m);
+        CHECK(m.rel_l2 < 2e-6, "online softmax vs direct, Nk=%lld: rel L2 %.3g", (long long)nks[i], m.rel_l2);
+        CHECK(lse_max_err(&t) < 2e-5, "exact LSE, Nk=%lld: %.3g", (long long)nks[i], lse_max_err(&t));
+
+        c.vsmooth = 1; c.k_smoothing = 1; c.hadamard = 1; c.kmeans_clusters = 5;
+        CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "vsmooth run: %s", vcattn_last_error(ctx));
+        metrics_compute(t.out, t.ref, t.b * t.hq * t.nq, t.d, &m);
+        CHECK(m.rel_l2 < 2e-6, "vsmooth, quantizers off, Nk=%lld: rel L2 %.3g", (long long)nks[i], m.rel_l2);
+        CHECK(lse_max_err(&t) < 2e-5, "LSE with K smoothing, Nk=%lld: %.3g", (long long)nks[i], lse_max_err(&t));
+        case_free(&t);
+    }
+}
+
+/* Proposition 3.1 on every row: with ExpCast the only approximation,
+ * |o_hat - o|_2 <= (0.0364 + tau) diam_2(V). One key tile keeps the running
+ * maximum equal to the row maximum, so tau can be computed exactly here. */
+static void test_expcast_row_bound(vcattn_context *ctx) {
+    const float temps[] = {0.5f, 2.0f, 6.0f};  /* flat rows .. rows with underflow */
+    for (size_t ti = 0; ti < 3; ti++) {
+        case_t t;
+        int64_t d = 64, nk = 128, nq = 64;
+        memset(&t, 0, sizeof t);
+        case_init(&t, 1, 1, 1, nq, nk, d, 0.0f);
+        for (int64_t i = 0; i < nq * d; i++) t.q[i] *= temps[ti];
+        vcattn_reference_attention(&t.tq, &t.tk, &t.tv, NULL, 0.0f, t.ref, t.ref_lse);
+        vcattn_config c = exact_config();
+        c.p_format = VCATTN_P_FP8_EXPCAST;
+        CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "expcast run");
+        double diam = 0.0;
+        for (int64_t a = 0; a < nk; a++)
+            for (int64_t b2 = a + 1; b2 < nk; b2++) {
+                double s = 0.0;
+                for (int64_t j = 0; j < d; j++) {
+                    double e = (double)t.v[a * d + j] - t.v[b2 * d + j];
+                    s += e * e;
+                }
+                diam = fmax(diam, sqrt(s));
+            }
+        int violations = 0, rows_with_tail = 0;
+        double scale = 1.0 / sqrt((double)d);
+        for (int64_t i = 0; i < nq; i++) {
+            double s[128], mx = -INFINITY, pt = 0.0, pht = 0.0, sum = 0.0, hsum = 0.0;
+            for (int64_t j = 0; j < nk; j++) {
+                double dot = 0.0;
+                for (int64_t x = 0; x < d; x++) dot += (double)t.q[i * d + x] * t.k[j * d + x];
+                s[j] = dot * scale;
+                mx = fmax(mx, s[j]);
+            }
+            for (int64_t j = 0; j < nk; j++) {
+                double u = (s[j] - mx) * 1.4426950408889634;
+                double w = exp2(u);
+                double wh = vcattn_e4m3_decode(vcattn_expcast_code(vcattn_expcast_arg((float)u, -0.35f)));
+                sum += w; hsum += wh;
+                if (u < -14.0) { pt += w; pht += wh; }
+            }
+            double tau = fmax(pt / sum, pht / hsum);
+            rows_with_tail += tau > 0.0;
+            double err = 0.0;
+            for (int64_t x = 0; x < d; x++) {
+                double e = t.out[i * d + x] - t.ref[i * d + x];
+                err += e * e;
+            }
+            /* 1e-5 relative slack for the float32 arithmetic around the codes */
+            if (!(sqrt(err) <= (0.0364 + tau) * diam * (1.0 + 1e-5) + 1e-6)) violations++;
+        }
+        CHECK(violations == 0, "temperature %.1f: %d rows violate the ExpCast bound", temps[ti], violations);
+        case_free(&t);
+    }
+}
+
+/* Layouts and strides change nothing: NHD and a padded, non-contiguous view
+ * give the bits of the contiguous HND call. GQA equals repeated KV heads. */
+static void test_layouts_and_gqa(vcattn_context *ctx) {
+    case_t t;
+    case_init(&t, 2, 4, 2, 77, 200, 64, 1.0f);
+    vcattn_config c;
+    vcattn_config_from_method("sage2", &c);
+    CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "sage2 HND");
+    int64_t b = t.b, hq = t.hq, hkv = t.hkv, nq = t.nq, nk = t.nk, d = t.d, pad = 8;
+
+    /* Same data as [B, N, H, D] with each token row padded by `pad`. */
+    float *q2 = calloc((size_t)(b * nq * hq * (d + pad)), sizeof(float));
+    float *k2 = calloc((size_t)(b * nk * hkv * (d + pad)), sizeof(float));
+    float *v2 = calloc((size_t)(b * nk * hkv * (d + pad)), sizeof(float));
+    float *o2 = calloc((size_t)(b * nq * hq * d), sizeof(float));
+    vcattn_tensor tq = {q2, VCATTN_DTYPE_F32, b, hq, nq, d, nq * hq * (d + pad), d + pad, hq * (d + pad)};
+    vcattn_tensor tk = {k2, VCATTN_DTYPE_F32, b, hkv, nk, d, nk * hkv * (d + pad), d + pad, hkv * (d + pad)};
+    vcattn_tensor tv = {v2, VCATTN_DTYPE_F32, b, hkv, nk, d, nk * hkv * (d + pad), d + pad, hkv * (d + pad)};
+    vcattn_tensor to = vcattn_tensor_bnhd(o2, VCATTN_DTYPE_F32, b, hq, nq, d);
+    for (int64_t ib = 0; ib < b; ib++)
+        for (int64_t n = 0; n < nq; n++)
+            for (int64_t h = 0; h < hq; h++)
+                memcpy(q2 + ib * tq.stride_batch + n * tq.stride_token + h * tq.stride_head,
+                       t.q + ((ib * hq + h) * nq + n) * d, (size_t)d * sizeof(float));
+    for (int64_t ib = 0; ib < b; ib++)
+        for (int64_t n = 0; n < nk; n++)
+            for (int64_t h = 0; h < hkv; h++) {
+                memcpy(k2 + ib * tk.stride_batch + n * tk.stride_token + h * tk.stride_head,
+                       t.k + ((ib * hkv + h) * nk + n) * d, (size_t)d * sizeof(float));
+                memcpy(v2 + ib * tv.stride_batch + n * tv.stride_token + h * tv.stride_head,
+                       t.v + ((ib * hkv + h) * nk + n) * d, (size_t)d * sizeof(float));
+            }
+    CHECK(vcattn_attention(ctx, &c, &tq, &tk, &tv, &to, NULL, NULL, NULL) == VCATTN_OK, "sage2 NHD");
+    int diff = 0;
+    for (int64_t ib = 0; ib < b; ib++)
+        for (int64_t n = 0; n < nq; n++)
+            for (int64_t h = 0; h < hq; h++)
+                diff += memcmp(o2 + ((ib * nq + n) * hq + h) * d, t.out + ((ib * hq + h) * nq + n) * d,
+                               (size_t)d * sizeof(float)) != 0;
+    CHECK(diff == 0, "NHD padded view differs from HND in %d rows", diff);
+
+    /* GQA: the same call with each KV head repeated for its query heads. */
+    float *k3 = malloc((size_t)(b * hq * nk * d) * sizeof(float));
+    float *v3 = malloc((size_t)(b * hq * nk * d) * sizeof(float));
+    for (int64_t ib = 0; ib < b; ib++)
+        for (int64_t h = 0; h < hq; h++) {
+            int64_t src = (ib * hkv + h / (hq / hkv)) * nk * d;
+            memcpy(k3 + (ib * hq + h) * nk * d, t.k + src, (size_t)(nk * d) * sizeof(float));
+            memcpy(v3 + (ib * hq + h) * nk * d, t.v + src, (size_t)(nk * d) * sizeof(float));
+        }
+    vcattn_tensor tk3 = vcattn_tensor_bhnd(k3, VCATTN_DTYPE_F32, b, hq, nk, d);
+    vcattn_tensor tv3 = vcattn_tensor_bhnd(v3, VCATTN_DTYPE_F32, b, hq, nk, d);
+    vcattn_tensor to3 = vcattn_tensor_bhnd(o2, VCATTN_DTYPE_F32, b, hq, nq, d);
+    CHECK(vcattn_attention(ctx, &c, &t.tq, &tk3, &tv3, &to3, NULL, NULL, NULL) == VCATTN_OK, "MHA run");
+    CHECK(memcmp(o2, t.out, (size_t)(b * hq * nq * d) * sizeof(float)) == 0, "GQA equals repeated KV heads");
+    free(q2); free(k2); free(v2); free(o2); free(k3); free(v3);
+    case_free(&t);
+}
+
+/* Same call twice, and with 1 or 2 threads: the same bits. */
+static void test_determinism(vcattn_context *ctx) {
+    case_t t;
+    case_init(&t, 1, 2, 2, 130, 300, 128, 2.0f);
+    vcattn_config c = vcattn_config_default();
+    size_t bytes = (size_t)(t.b * t.hq * t.nq * t.d) * sizeof(float);
+    float *first = malloc(bytes);
+    c.num_threads = 1;
+    CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "vc run 1");
+    memcpy(first, t.out, bytes);
+    c.num_threads = 2;
+    CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "vc run 2");
+    CHECK(memcmp(first, t.out, bytes) == 0, "vc output depends on the thread count");
+    CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "vc run 3");
+    CHECK(memcmp(first, t.out, bytes) == 0, "vc output differs run to run");
+    free(first);
+    case_free(&t);
+}
+
+/* Low-precision outputs hold the float32 result rounded to nearest even, and
+ * nothing outside the output view is written (guard words around it). */
+static void test_output_dtypes_and_guards(vcattn_context *ctx) {
+    case_t t;
+    case_init(&t, 1, 2, 1, 40, 50, 64, 0.0f);
+    vcattn_config c = vcattn_config_default();
+    CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "f32 out");
+    int64_t n = t.b * t.hq * t.nq * t.d, guard = 64;
+    uint16_t *buf = malloc((size_t)(n + 2 * guard) * sizeof(uint16_t));
+    for (int dt = 0; dt < 2; dt++) {
+        vcattn_dtype dtype = dt ? VCATTN_DTYPE_BF16 : VCATTN_DTYPE_F16;
+        for (int64_t i = 0; i < n + 2 * guard; i++) buf[i] = 0xA5A5;
+        vcattn_tensor to = vcattn_tensor_bhnd(buf + guard, dtype, t.b, t.hq, t.nq, t.d);
+        CHECK(vcattn_attention(ctx, &c, &t.tq, &t.tk, &t.tv, &to, NULL, NULL, NULL) == VCATTN_OK, "half out");
+        int bad = 0, guards = 0;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t want = dt ? vcattn_f32_to_bf16(t.out[i]) : vcattn_f32_to_f16(t.out[i]);
+            bad += buf[guard + i] != want;
+        }
+        for (int64_t i = 0; i < guard; i++) guards += (buf[i] != 0xA5A5) + (buf[guard + n + i] != 0xA5A5);
+        CHECK(bad == 0, "%s output: %d elements not the rounded float32 result", vcattn_dtype_name(dtype), bad);
+        CHECK(guards == 0, "%d guard words written", guards);
+    }
+    free(buf);
+    case_free(&t);
+}
+
+/* The paper's ordering on the built-in workload: vc and vsmooth beat sage2,
+ * which beats fp8-naive (output rel L2 against FP64). */
+static void test_method_ordering(vcattn_context *ctx) {
+    vcattn_workload w;
+    CHECK(vcattn_workload_generate("small", 1, &w) == VCATTN_OK, "workload");
+    int64_t nq = w.tokens, d = w.head_dim, hq = w.heads_q;
+    uint16_t *qb = malloc((size_t)(hq * nq * d) * 2), *kb = malloc((size_t)(w.heads_kv * nq * d) * 2),
+             *vb = malloc((size_t)(w.heads_kv * nq * d) * 2);
+    for (int64_t i = 0; i < hq * nq * d; i++) qb[i] = vcattn_f32_to_bf16(w.q[i]);
+    for (int64_t i = 0; i < w.heads_kv * nq * d; i++) {
+        kb[i] = vcattn_f32_to_bf16(w.k[i]);
+        vb[i] = vcattn_f32_to_bf16(w.v[i]);
+    }
+    vcattn_tensor tq = vcattn_tensor_bhnd(qb, VCATTN_DTYPE_BF16, 1, hq, nq, d);
+    vcattn_tensor tk = vcattn_tensor_bhnd(kb, VCATTN_DTYPE_BF16, 1, w.heads_kv, nq, d);
+    vcattn_tensor tv = vcattn_tensor_bhnd(vb, VCATTN_DTYPE_BF16, 1, w.heads_kv, nq, d);
+    vcattn_rope rope = {w.rope_style, w.rope_cos, w.rope_sin, w.rope_cos, w.rope_sin};
+    double *ref = malloc((size_t)(hq * nq * d) * sizeof(double));
+    float *out = malloc((size_t)(hq * nq * d) * sizeof(float));
+    vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, hq, nq, d);
+    vcattn_reference_attention(&tq, &tk, &tv, &rope, 0.0f, ref, NULL);
+    const char *methods[] = {"fp8-naive", "sage2", "vsmooth", "vc"};
+    double err[4];
+    for (int i = 0; i < 4; i++) {
+        vcattn_config c;
+        vcattn_config_from_method(methods[i], &c);
+        CHECK(vcattn_attention(ctx, &c, &tq, &tk, &tv, &to, NULL, &rope, NULL) == VCATTN_OK, "%s", methods[i]);
+        vcattn_metrics m;
+        metrics_compute(out, ref, hq * nq, d, &m);
+        err[i] = m.rel_l2;
+        printf("  %-10s rel L2 %.5f\n", methods[i], m.rel_l2);
+    }
+    CHECK(err[1] < err[0], "sage2 (%.4f) should beat fp8-naive (%.4f)", err[1], err[0]);
+    CHECK(err[2] < err[1], "vsmooth (%.4f) should beat sage2 (%.4f)", err[2], err[1]);
+    CHECK(err[3] < err[1], "vc (%.4f) should beat sage2 (%.4f)", err[3], err[1]);
+    free(qb); free(kb); free(vb); free(ref); free(out);
+    vcattn_workload_free(&w);
+}
+
+int main(void) {
+    vcattn_context *ctx;
+    if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return 1;
+    test_exact_paths(ctx);
+    test_expcast_row_bound(ctx);
+    test_layouts_and_gqa(ctx);
+    test_determinism(ctx);
+    test_output_dtypes_and_guards(ctx);
+    test_method_ordering(ctx);
+    vcattn_destroy(ctx);
+    return tl_finish("test_attention");
+}

@@ -1,0 +1,127 @@
+/* V-Smooth pieces: k-means, the stable argsort, the energy share, and the
+ * grouping schedule of the layer state across denoising steps. */
+#include "testlib.h"
+#include "vcattn.h"
+#include "vsmooth/vsmooth.h"
+
+#include <string.h>
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static float frand(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0) - 0.5f;
+}
+
+static void test_kmeans(void) {
+    /* Three well separated blobs, interleaved in sequence order. */
+    enum { n = 300, d = 8, k = 3 };
+    static float x[n * d], c1[k * d], c2[k * d];
+    static int32_t l1[n], l2[n], perm[n];
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < d; i++) x[t * d + i] = 10.0f * (float)(t % 3) * (i == t % 3) + 0.1f * frand();
+    vsmooth_init_centroids(x, n, d, k, 7, 0, c1);
+    memcpy(c2, c1, sizeof c1);
+    vsmooth_kmeans(x, n, d, k, 10, c1, l1);
+    vsmooth_kmeans(x, n, d, k, 10, c2, l2);
+    CHECK(memcmp(l1, l2, sizeof l1) == 0 && memcmp(c1, c2, sizeof c1) == 0, "k-means is deterministic");
+    int pure = 1;
+    for (int t = 0; t < n; t++) pure &= l1[t] == l1[t % 3];
+    CHECK(pure, "separated blobs get one label each");
+    CHECK(l1[0] != l1[1] && l1[1] != l1[2] && l1[0] != l1[2], "three distinct labels");
+
+    vsmooth_argsort_labels(l1, n, k, perm);
+    int seen[n] = {0}, sorted = 1, stable = 1;
+    for (int i = 0; i < n; i++) {
+        seen[perm[i]]++;
+        if (i && l1[perm[i]] < l1[perm[i - 1]]) sorted = 0;
+        if (i && l1[perm[i]] == l1[perm[i - 1]] && perm[i] < perm[i - 1]) stable = 0;
+    }
+    int is_perm = 1;
+    for (int i = 0; i < n; i++) is_perm &= seen[i] == 1;
+    CHECK(is_perm, "argsort gives a permutation");
+    CHECK(sorted, "labels ascend along the permutation");
+    CHECK(stable, "ties keep sequence order");
+
+    /* Grouping makes the block means worth subtracting (blocks of 100 = blobs). */
+    double seq = vsmooth_block_mean_energy_share(x, n, d, NULL, 100);
+    double grouped = vsmooth_block_mean_energy_share(x, n, d, perm, 100);
+    CHECK(grouped > 0.99 && seq < 0.5, "energy share: %.3f in sequence order, %.3f grouped", seq, grouped);
+    static float zeros[10 * 4];
+    CHECK(vsmooth_block_mean_energy_share(zeros, 10, 4, NULL, 4) == 0.0, "zero energy gives share 0");
+
+    /* One iteration from two identical centroids: every distance ties, the
+     * lowest index wins, and the empty second cluster keeps its centroid. */
+    float c3[2 * d];
+    int32_t l3[n];
+    memcpy(c3, x, d * sizeof(float));
+    memcpy(c3 + d, x, d * sizeof(float));
+    vsmooth_kmeans(x, n, d, 2, 1, c3, l3);
+    int all_zero = 1;
+    for (int t = 0; t < n; t++) all_zero &= l3[t] == 0;
+    CHECK(all_zero && memcmp(c3 + d, x, d * sizeof(float)) == 0, "ties go to the lowest index; empty cluster kept");
+}
+
+static void test_schedule(void) {
+    vcattn_layer *layer;
+    vcattn_config c = vcattn_config_default();
+    vcattn_layer_create(&layer, 40);
+    CHECK(vcattn_layer_plan(layer, &c) == VCATTN_GROUP_COLD, "step 0 without history groups cold");
+    CHECK(vcattn_layer_plan(NULL, &c) == VCATTN_GROUP_COLD, "no layer: group cold every call");
+    vcattn_config off = c;
+    off.vsmooth = 0;
+    CHECK(vcattn_layer_plan(layer, &off) == VCATTN_GROUP_NONE, "vsmooth off never groups");
+
+    /* Run real calls through the schedule: 40 steps, window 10, refresh 4. */
+    enum { n = 200, d = 16, h = 2 };
+    static float q[h * n * d], k[h * n * d], v[h * n * d], out[h * n * d];
+    for (int i = 0; i < h * n * d; i++) { q[i] = frand(); k[i] = frand(); v[i] = frand() + (i / d % 7); }
+    vcattn_tensor tq = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, h, n, d);
+    vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, 1, h, n, d);
+    vcattn_tensor tv = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, 1, h, n, d);
+    vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, h, n, d);
+    vcattn_context *ctx;
+    vcattn_create(&ctx, VCATTN_BACKEND_CPU);
+    char trace[41] = {0};
+    const char letter[] = {'-', 'C', 'W', 'R'};
+    for (int step = 0; step < 40; step++) {
+        vcattn_layer_set_step(layer, step);
+        trace[step] = letter[vcattn_layer_plan(layer, &c)];
+        CHECK(vcattn_attention(ctx, &c, &tq, &tk, &tv, &to, NULL, NULL, layer) == VCATTN_OK, "step %d", step);
+    }
+    CHECK(strcmp(trace, "CRRRWRRRWR------------------------------") == 0, "40-step schedule: %s", trace);
+    CHECK(vcattn_layer_step(layer) == 39, "step kept");
+
+    /* The paper's 8-step setting: window ceil(8/4) = 2. */
+    vcattn_layer *short_layer;
+    vcattn_layer_create(&short_layer, 8);
+    for (int step = 0; step < 8; step++) {
+        vcattn_layer_set_step(short_layer, step);
+        trace[step] = letter[vcattn_layer_plan(short_layer, &c)];
+        vcattn_attention(ctx, &c, &tq, &tk, &tv, &to, NULL, NULL, short_layer);
+    }
+    trace[8] = 0;
+    CHECK(strcmp(trace, "CR------") == 0, "8-step schedule: %s", trace);
+
+    /* Demeaning outside the window reuses the last permutation. */
+    c.demean_outside_window = 1;
+    vcattn_layer_set_step(layer, 30);
+    CHECK(vcattn_layer_plan(layer, &c) == VCATTN_GROUP_REUSE, "outside window: reuse and demean");
+
+    /* A new shape inside the window regroups cold; reset forgets. */
+    vcattn_layer_set_step(layer, 4);
+    tk.tokens = tv.tokens = n - 10;
+    CHECK(vcattn_attention(ctx, &c, &tq, &tk, &tv, &to, NULL, NULL, layer) == VCATTN_OK, "new shape");
+    vcattn_layer_reset(layer);
+    vcattn_layer_set_step(layer, 5);
+    CHECK(vcattn_layer_plan(layer, &c) == VCATTN_GROUP_COLD, "after reset: cold");
+
+    vcattn_layer_destroy(layer);
+    vcattn_layer_destroy(short_layer);
+    vcattn_destroy(ctx);
+}
+
+int main(void) {
+    test_kmeans();
+    test_schedule();
+    return tl_finish("test_vsmooth");
+}
