@@ -1,0 +1,85 @@
+#!/bin/sh
+# The vcattn CLI as a user runs it: exit codes and the key lines of output.
+# Usage: sh tests/cli_test.sh path/to/vcattn
+# Prints one line per check and a final "cli: N passed, N failed".
+
+VCATTN=${1:?usage: sh tests/cli_test.sh path/to/vcattn}
+if [ ! -x "$VCATTN" ]; then
+    echo "cli: $VCATTN is not an executable" >&2
+    exit 1
+fi
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' HUP INT TERM
+passed=0
+failed=0
+
+# check NAME EXPECTED_RC [PATTERN...] -- ARGS: runs vcattn ARGS, wants exit
+# status EXPECTED_RC and every fixed-string PATTERN in stdout+stderr.
+check() {
+    name=$1
+    want=$2
+    shift 2
+    patterns=
+    while [ "$1" != "--" ]; do
+        patterns="$patterns$1
+"
+        shift
+    done
+    shift
+    OMP_NUM_THREADS=2 "$VCATTN" "$@" >"$tmp/out" 2>&1
+    rc=$?
+    why=
+    [ "$rc" -eq "$want" ] || why="exit $rc, want $want"
+    # A here-document, not a pipe: the loop must run in this shell.
+    while IFS= read -r p; do
+        [ -n "$p" ] || continue
+        grep -qF -e "$p" "$tmp/out" || why="${why:+$why; }no '$p' in output"
+    done <<EOF
+$patterns
+EOF
+    if [ -z "$why" ]; then
+        passed=$((passed + 1))
+        echo "ok   $name"
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name: $why"
+        sed 's/^/     | /' "$tmp/out" | head -n 20
+    fi
+}
+
+check "help exits 0" 0 "Usage: vcattn" -- --help
+check "run --help exits 0" 0 "--workload" -- run --help
+check "eval --help exits 0" 0 "Usage: vcattn eval" -- eval --help
+check "expcast --help exits 0" 0 "--beta" -- expcast --help
+check "no command exits 2" 2 "Usage:" --
+check "unknown command exits 2" 2 "unknown command 'frobnicate'" "--help" -- frobnicate
+check "unknown option exits 2" 2 "unknown option '--frobnicate'" "--help" -- run --frobnicate
+check "missing value exits 2" 2 "needs a value" -- run --threads
+check "bad number exits 2" 2 "--threads" -- run --threads 2x
+check "out-of-range number exits 2" 2 "--beta" -- expcast --beta 1.5
+check "expcast figures" 0 "79.6%" "byte 107" "= 88" -- expcast
+check "expcast --json" 0 '"same_byte_fraction"' '"byte": 107' -- expcast --json
+check "run tiny vc" 0 "cosine" "LSE max abs error" -- run --workload tiny --method vc
+check "run --json" 0 '"metrics": {"cosine"' -- run --workload tiny --json
+check "unknown workload exits 2" 2 "unknown workload 'nosuch'" -- run --workload nosuch
+check "unknown method exits 2" 2 "unknown method 'nosuch'" -- run --method nosuch
+check "unknown switch value exits 2" 2 "--qk" -- run --qk int4
+check "missing .npy exits 1" 1 "i/o error" -- \
+    run --q "$tmp/missing.npy" --k "$tmp/missing.npy" --v "$tmp/missing.npy"
+printf 'this is not a numpy file at all, only garbage bytes\n' >"$tmp/garbage.npy"
+check "malformed .npy exits 1" 1 "bad file format" -- \
+    run --q "$tmp/garbage.npy" --k "$tmp/garbage.npy" --v "$tmp/garbage.npy"
+check "run --out" 0 "cosine" -- run --workload tiny --out "$tmp/o.npy"
+if [ "$(dd if="$tmp/o.npy" bs=1 skip=1 count=5 2>/dev/null)" = "NUMPY" ]; then
+    passed=$((passed + 1))
+    echo "ok   run --out wrote a .npy file"
+else
+    failed=$((failed + 1))
+    echo "FAIL run --out wrote a .npy file: $tmp/o.npy missing or not .npy"
+fi
+check "output reads back as input" 0 "cosine" -- \
+    run --q "$tmp/o.npy" --k "$tmp/o.npy" --v "$tmp/o.npy" --method sage2
+
+echo "cli: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

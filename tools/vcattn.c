@@ -1,0 +1,1016 @@
+/* vcattn: the command-line tool.
+ *   run      one attention call, timed and measured against the FP64 reference
+ *   eval     every method on one workload: fidelity, V-quantization error, the
+ *            probability/value split of the paper's eq. 2, V block-mean energy
+ *   expcast  the ExpCast-FP8 facts, computed from the codec
+ * Exit status: 0 ok, 1 library error (bad file, shape, backend), 2 usage. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vcattn.h"
+#include "cpu/cpu_backend.h"
+#include "cpu/reference.h"
+#include "formats/halfs.h"
+#include "vsmooth/vsmooth.h"
+#include "expcast_study.h"
+#include "metrics.h"
+#include "npy.h"
+
+#define EXIT_USAGE 2
+#define PROCEED (-1)        /* from a parser: go on (else it is the exit status) */
+#define ERRLEN 512
+#define ENERGY_BLOCK 128    /* rows per V-Smooth block */
+
+/* ------------------------------------------------------------------ usage */
+
+static const char USAGE[] =
+    "Usage: vcattn <command> [options]\n"
+    "\n"
+    "Commands:\n"
+    "  run      one attention call, timed and measured against the FP64 reference\n"
+    "  eval     every method on one workload: fidelity, V-quantization error and\n"
+    "           the probability/value split of the output error (paper eq. 2)\n"
+    "  expcast  the ExpCast-FP8 facts, computed from the codec\n"
+    "\n"
+    "Options:\n"
+    "  -h, --help   this text; after a command, that command's options\n"
+    "  --version    print the library version\n";
+
+static const char USAGE_RUN[] =
+    "Usage: vcattn run [inputs] [--method M] [switches] [options]\n"
+    "\n"
+    "Inputs (default: --workload small):\n"
+    "  --q F --k F --v F    .npy files, 4-D [B,H,N,D] (or 3-D without B) in the layout\n"
+    "                       below; float32, float16, or bfloat16 with --bf16. No RoPE.\n"
+    "  --bf16               '<u2' files hold bfloat16\n"
+    "  --layout HND|NHD     axis order of the files (default HND)\n"
+    "  --workload NAME      a built-in workload (tiny, small, wan2.2-720p, longcat-480p,\n"
+    "                       hunyuan-720p, seq-32k, d64), with its RoPE\n"
+    "  --seed S             workload seed (default 0)\n"
+    "\n"
+    "Method (default vc): bf16, fp8-naive, sage2, vsmooth, vc, sage3-4bit,\n"
+    "vsmooth-4bit, each optionally with +hadamard. Switches on top of it:\n"
+    "  --hadamard, --no-hadamard          --vsmooth, --no-vsmooth\n"
+    "  --k-smoothing, --no-k-smoothing\n"
+    "  --qk exact|int8|fp8|nvfp4\n"
+    "  --p exact|bf16|fp8-cast|expcast|nvfp4\n"
+    "  --v exact|fp8-channel|fp8-block|nvfp4   (also --v-format; any other --v\n"
+    "                                         value is the V file)\n"
+    "  --clusters N   --iters N   --beta X   --sm-scale X (0 = 1/sqrt(D))\n"
+    "\n"
+    "Options:\n"
+    "  --backend cpu|cuda|auto   (default auto)\n"
+    "  --dtype bf16|f16|f32      input precision (default bf16 for workloads;\n"
+    "                            .npy inputs are converted only when given)\n"
+    "  --threads N               CPU threads (default: all cores)\n"
+    "  --out F                   write the output as float32 .npy [B,Hq,Nq,D]\n"
+    "  --json                    one JSON object on stdout\n";
+
+static const char USAGE_EVAL[] =
+    "Usage: vcattn eval [--workload NAME] [--seed S] [options]\n"
+    "\n"
+    "Runs bf16, fp8-naive, sage2, sage2+hadamard, vsmooth, vc, sage3-4bit,\n"
+    "sage3-4bit+hadamard and vsmooth-4bit on one workload (default small) and\n"
+    "prints their fidelity against the FP64 reference, the V-quantization error,\n"
+    "the output error split into the probability and the value term of eq. 2,\n"
+    "and the block-mean energy share of V before and after k-means grouping.\n"
+    "\n"
+    "Options:\n"
+    "  --backend cpu|cuda|auto   (default auto)\n"
+    "  --dtype bf16|f16|f32      input precision (default bf16)\n"
+    "  --threads N               CPU threads (default: all cores)\n"
+    "  --json                    one JSON object on stdout\n";
+
+static const char USAGE_EXPCAST[] =
+    "Usage: vcattn expcast [--beta X] [--json]\n"
+    "\n"
+    "Prints, computed from the codec: the share of one doubling where ExpCast-FP8\n"
+    "gives the exp-then-cast byte, the Mitchell error range, the minimax shift,\n"
+    "the decoded/exact ratio bounds, the total-variation bound and the worked\n"
+    "example of the paper (u = -1.60).\n"
+    "\n"
+    "  --beta X   the shift of eq. 7, in (-1, 1) (default -0.35)\n"
+    "  --json     one JSON object on stdout\n";
+
+/* A command-line mistake: what, where to look, exit status 2. */
+static int usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("vcattn: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'vcattn%s%s --help'.\n", cmd ? " " : "", cmd ? cmd : "");
+    return EXIT_USAGE;
+}
+
+/* A library error: the status and the message behind it, exit status 1. */
+static int lib_error(vcattn_status st, const char *msg) {
+    fprintf(stderr, "vcattn: %s: %s\n", vcattn_status_string(st), msg);
+    return 1;
+}
+
+/* ---------------------------------------------------------- value parsing */
+
+typedef struct {
+    const char *name;
+    int value;
+} name_value;
+
+static const name_value QK_NAMES[] = {
+    {"exact", VCATTN_QK_EXACT}, {"int8", VCATTN_QK_INT8}, {"fp8", VCATTN_QK_FP8},
+    {"nvfp4", VCATTN_QK_NVFP4}, {NULL, 0}};
+static const name_value P_NAMES[] = {
+    {"exact", VCATTN_P_EXACT}, {"bf16", VCATTN_P_BF16}, {"fp8-cast", VCATTN_P_FP8_CAST},
+    {"expcast", VCATTN_P_FP8_EXPCAST}, {"nvfp4", VCATTN_P_NVFP4}, {NULL, 0}};
+static const name_value V_NAMES[] = {
+    {"exact", VCATTN_V_EXACT}, {"fp8-channel", VCATTN_V_FP8_CHANNEL},
+    {"fp8-block", VCATTN_V_FP8_BLOCK}, {"nvfp4", VCATTN_V_NVFP4}, {NULL, 0}};
+static const name_value BACKEND_NAMES[] = {
+    {"auto", VCATTN_BACKEND_AUTO}, {"cpu", VCATTN_BACKEND_CPU}, {"cuda", VCATTN_BACKEND_CUDA},
+    {NULL, 0}};
+static const name_value DTYPE_NAMES[] = {
+    {"bf16", VCATTN_DTYPE_BF16}, {"f16", VCATTN_DTYPE_F16}, {"f32", VCATTN_DTYPE_F32}, {NULL, 0}};
+static const name_value LAYOUT_NAMES[] = {{"HND", 0}, {"NHD", 1}, {NULL, 0}};
+
+static int lookup(const name_value *t, const char *s, int *out) {
+    for (; t->name; t++)
+        if (strcmp(t->name, s) == 0) {
+            *out = t->value;
+            return 1;
+        }
+    return 0;
+}
+
+static const char *name_of(const name_value *t, int value) {
+    for (; t->name; t++)
+        if (t->value == value) return t->name;
+    return "?";
+}
+
+/* "a, b, c" from a name table or a NULL-terminated list, for messages. */
+static const char *join(const name_value *t, const char *const *list, char *buf, size_t len) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; t ? t[i].name != NULL : list[i] != NULL; i++) {
+        int w = snprintf(buf + n, len - n, "%s%s", i ? ", " : "", t ? t[i].name : list[i]);
+        if (w < 0 || (size_t)w >= len - n) break;
+        n += (size_t)w;
+    }
+    return buf;
+}
+
+/* Whole-string decimal integer in [lo, hi]: no blanks, no trailing junk. */
+static int parse_long(const char *s, long lo, long hi, long *out) {
+    if (!*s || isspace((unsigned char)*s)) return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (*end || errno || x < lo || x > hi) return 0;
+    *out = x;
+    return 1;
+}
+
+/* strtoull wraps a leading '-' around silently, so digits only. */
+static int parse_u64(const char *s, uint64_t *out) {
+    if (!isdigit((unsigned char)*s)) return 0;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (*end || errno) return 0;
+    *out = (uint64_t)x;
+    return 1;
+}
+
+/* Whole-string finite number in [lo, hi], or in (lo, hi) when open. */
+static int parse_float(const char *s, double lo, double hi, int open, float *out) {
+    if (!*s || isspace((unsigned char)*s)) return 0;
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (*end || errno || !isfinite(x)) return 0;
+    if (open ? !(x > lo && x < hi) : !(x >= lo && x <= hi)) return 0;
+    *out = (float)x;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- options */
+
+typedef struct {
+    const char *cmd;                     /* "run" or "eval" */
+    const char *q_path, *k_path, *v_path;
+    int bf16_files, nhd, layout_set;
+    const char *workload;
+    uint64_t seed;
+    int seed_set;
+    const char *method;
+    vcattn_backend backend;
+    vcattn_dtype dtype;
+    int dtype_set;
+    int threads;
+    const char *out_path;
+    int json;
+    /* switches on top of the method: -1 (floats: NAN) = as the method says */
+    int hadamard, k_smoothing, vsmooth, qk, p, v, clusters, iters;
+    float beta, sm_scale;
+} options;
+
+typedef enum {
+    OPT_HELP, OPT_JSON, OPT_Q, OPT_K, OPT_V, OPT_V_FORMAT, OPT_BF16, OPT_LAYOUT, OPT_WORKLOAD,
+    OPT_SEED, OPT_METHOD, OPT_BACKEND, OPT_DTYPE, OPT_THREADS, OPT_OUT, OPT_HADAMARD,
+    OPT_NO_HADAMARD, OPT_K_SMOOTHING, OPT_NO_K_SMOOTHING, OPT_VSMOOTH, OPT_NO_VSMOOTH, OPT_QK,
+    OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE
+} opt_id;
+
+typedef struct {
+    const char *name;
+    opt_id id;
+    int takes_value;
+    int run_only;
+} opt_spec;
+
+static const opt_spec OPTS[] = {
+    {"-h", OPT_HELP, 0, 0},           {"--help", OPT_HELP, 0, 0},
+    {"--json", OPT_JSON, 0, 0},       {"--workload", OPT_WORKLOAD, 1, 0},
+    {"--seed", OPT_SEED, 1, 0},       {"--backend", OPT_BACKEND, 1, 0},
+    {"--dtype", OPT_DTYPE, 1, 0},     {"--threads", OPT_THREADS, 1, 0},
+    {"--q", OPT_Q, 1, 1},             {"--k", OPT_K, 1, 1},
+    {"--v", OPT_V, 1, 1},             {"--v-format", OPT_V_FORMAT, 1, 1},
+    {"--bf16", OPT_BF16, 0, 1},       {"--layout", OPT_LAYOUT, 1, 1},
+    {"--method", OPT_METHOD, 1, 1},   {"--out", OPT_OUT, 1, 1},
+    {"--hadamard", OPT_HADAMARD, 0, 1}, {"--no-hadamard", OPT_NO_HADAMARD, 0, 1},
+    {"--k-smoothing", OPT_K_SMOOTHING, 0, 1}, {"--no-k-smoothing", OPT_NO_K_SMOOTHING, 0, 1},
+    {"--vsmooth", OPT_VSMOOTH, 0, 1}, {"--no-vsmooth", OPT_NO_VSMOOTH, 0, 1},
+    {"--qk", OPT_QK, 1, 1},           {"--p", OPT_P, 1, 1},
+    {"--clusters", OPT_CLUSTERS, 1, 1}, {"--iters", OPT_ITERS, 1, 1},
+    {"--beta", OPT_BETA, 1, 1},       {"--sm-scale", OPT_SM_SCALE, 1, 1},
+};
+#define NUM_OPTS (sizeof OPTS / sizeof OPTS[0])
+
+/* Value of an enum option, or a usage error listing the choices. */
+static int parse_choice(const char *cmd, const char *opt, const char *val, const name_value *t,
+                        int *out) {
+    char buf[256];
+    if (lookup(t, val, out)) return PROCEED;
+    return usage_error(cmd, "%s: unknown value '%s' (one of: %s)", opt, val,
+                       join(t, NULL, buf, sizeof buf));
+}
+
+static int known_workload(const char *name) {
+    for (const char *const *w = vcattn_workload_names(); *w; w++)
+        if (strcmp(*w, name) == 0) return 1;
+    return 0;
+}
+
+/* Parses argv[2..] of run or eval into o; PROCEED, or the exit status. */
+static int parse_options(int argc, char **argv, options *o) {
+    const int run = strcmp(o->cmd, "run") == 0;
+    const char *cmd = o->cmd;
+    char buf[256];
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const opt_spec *spec = NULL;
+        for (size_t j = 0; j < NUM_OPTS; j++)
+            if (strcmp(OPTS[j].name, a) == 0) spec = &OPTS[j];
+        if (!spec || (spec->run_only && !run)) {
+            if (a[0] != '-') return usage_error(cmd, "unexpected argument '%s'", a);
+            return usage_error(cmd, "unknown option '%s' for %s", a, cmd);
+        }
+        const char *val = NULL;
+        if (spec->takes_value) {
+            if (i + 1 >= argc) return usage_error(cmd, "option '%s' needs a value", a);
+            val = argv[++i];
+        }
+        long n;
+        int rc = PROCEED, choice = 0;
+        switch (spec->id) {
+        case OPT_HELP: fputs(run ? USAGE_RUN : USAGE_EVAL, stdout); return 0;
+        case OPT_JSON: o->json = 1; break;
+        case OPT_Q: o->q_path = val; break;
+        case OPT_K: o->k_path = val; break;
+        case OPT_V:
+            /* --v names both the V file and the V format: a format name wins. */
+            if (!lookup(V_NAMES, val, &o->v)) o->v_path = val;
+            break;
+        case OPT_V_FORMAT: rc = parse_choice(cmd, a, val, V_NAMES, &o->v); break;
+        case OPT_BF16: o->bf16_files = 1; break;
+        case OPT_LAYOUT:
+            rc = parse_choice(cmd, a, val, LAYOUT_NAMES, &o->nhd);
+            o->layout_set = 1;
+            break;
+        case OPT_WORKLOAD:
+            if (!known_workload(val))
+                return usage_error(cmd, "unknown workload '%s' (one of: %s)", val,
+                                   join(NULL, vcattn_workload_names(), buf, sizeof buf));
+            o->workload = val;
+            break;
+        case OPT_SEED:
+            if (!parse_u64(val, &o->seed))
+                return usage_error(cmd, "--seed: '%s' is not an unsigned 64-bit integer", val);
+            o->seed_set = 1;
+            break;
+        case OPT_METHOD: {
+            vcattn_config probe;
+            if (vcattn_config_from_method(val, &probe) != VCATTN_OK)
+                return usage_error(cmd, "unknown method '%s' (one of: %s; each may take +hadamard)",
+                                   val, join(NULL, vcattn_method_names(), buf, sizeof buf));
+            o->method = val;
+            break;
+        }
+        case OPT_BACKEND:
+            rc = parse_choice(cmd, a, val, BACKEND_NAMES, &choice);
+            o->backend = (vcattn_backend)choice;
+            break;
+        case OPT_DTYPE:
+            rc = parse_choice(cmd, a, val, DTYPE_NAMES, &choice);
+            o->dtype = (vcattn_dtype)choice;
+            o->dtype_set = 1;
+            break;
+        case OPT_THREADS:
+            if (!parse_long(val, 0, 4096, &n))
+                return usage_error(cmd, "--threads: '%s' is not an integer in [0, 4096]", val);
+            o->threads = (int)n;
+            break;
+        case OPT_OUT: o->out_path = val; break;
+        case OPT_HADAMARD: o->hadamard = 1; break;
+        case OPT_NO_HADAMARD: o->hadamard = 0; break;
+        case OPT_K_SMOOTHING: o->k_smoothing = 1; break;
+        case OPT_NO_K_SMOOTHING: o->k_smoothing = 0; break;
+        case OPT_VSMOOTH: o->vsmooth = 1; break;
+        case OPT_NO_VSMOOTH: o->vsmooth = 0; break;
+        case OPT_QK: rc = parse_choice(cmd, a, val, QK_NAMES, &o->qk); break;
+        case OPT_P: rc = parse_choice(cmd, a, val, P_NAMES, &o->p); break;
+        case OPT_CLUSTERS:
+            if (!parse_long(val, 1, 4096, &n))
+                return usage_error(cmd, "--clusters: '%s' is not an integer in [1, 4096]", val);
+            o->clusters = (int)n;
+            break;
+        case OPT_ITERS:
+            if (!parse_long(val, 1, 100000, &n))
+                return usage_error(cmd, "--iters: '%s' is not an integer in [1, 100000]", val);
+            o->iters = (int)n;
+            break;
+        case OPT_BETA:
+            if (!parse_float(val, -1.0, 1.0, 1, &o->beta))
+                return usage_error(cmd, "--beta: '%s' is not a number in (-1, 1)", val);
+            break;
+        case OPT_SM_SCALE:
+            if (!parse_float(val, 0.0, 1e30, 0, &o->sm_scale))
+                return usage_error(cmd, "--sm-scale: '%s' is not a finite number >= 0", val);
+            break;
+        }
+        if (rc != PROCEED) return rc;
+    }
+    int files = o->q_path || o->k_path || o->v_path;
+    if (files && !(o->q_path && o->k_path && o->v_path))
+        return usage_error(cmd, "--q, --k and --v go together");
+    if (files && (o->workload || o->seed_set))
+        return usage_error(cmd, "give either .npy inputs or --workload/--seed, not both");
+    if (!files && (o->bf16_files || o->layout_set))
+        return usage_error(cmd, "--bf16 and --layout apply to .npy inputs only");
+    if (o->out_path && !*o->out_path) return usage_error(cmd, "--out: empty file name");
+    return PROCEED;
+}
+
+/* The method preset with the switches laid over it. */
+static vcattn_config build_config(const options *o) {
+    vcattn_config c;
+    vcattn_config_from_method(o->method, &c);  /* validated while parsing */
+    if (o->hadamard >= 0) c.hadamard = o->hadamard;
+    if (o->k_smoothing >= 0) c.k_smoothing = o->k_smoothing;
+    if (o->vsmooth >= 0) c.vsmooth = o->vsmooth;
+    if (o->qk >= 0) c.qk_format = (vcattn_qk_format)o->qk;
+    if (o->p >= 0) c.p_format = (vcattn_p_format)o->p;
+    if (o->v >= 0) c.v_format = (vcattn_v_format)o->v;
+    if (o->clusters >= 0) c.kmeans_clusters = o->clusters;
+    if (o->iters >= 0) c.kmeans_iters = o->iters;
+    if (!isnan(o->beta)) c.expcast_beta = o->beta;
+    if (!isnan(o->sm_scale)) c.sm_scale = o->sm_scale;
+    c.num_threads = o->threads;
+    return c;
+}
+
+/* ----------------------------------------------------------------- inputs */
+
+/* q, k, v views, the memory behind them, and the RoPE of a workload. */
+typedef struct {
+    vcattn_tensor q, k, v;
+    vcattn_rope rope;
+    int has_rope;
+    vcattn_workload w;
+    npy_array arr[3];
+    void *converted[3];
+    char source[256];   /* where the inputs came from, for the report */
+} inputs;
+
+static void inputs_free(inputs *in) {
+    vcattn_workload_free(&in->w);
+    for (int i = 0; i < 3; i++) {
+        npy_free(&in->arr[i]);
+        free(in->converted[i]);
+    }
+}
+
+/* count elements of type `from` as a fresh `to` array (NULL if out of memory). */
+static void *convert(const void *src, vcattn_dtype from, int64_t count, vcattn_dtype to) {
+    size_t esz = to == VCATTN_DTYPE_F32 ? 4 : 2;
+    void *dst = malloc((size_t)(count > 0 ? count : 1) * esz);
+    if (!dst) return NULL;
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < count; i++) {
+        float x = from == VCATTN_DTYPE_F32   ? ((const float *)src)[i]
+                  : from == VCATTN_DTYPE_F16 ? vcattn_f16_to_f32(((const uint16_t *)src)[i])
+                                             : vcattn_bf16_to_f32(((const uint16_t *)src)[i]);
+        if (to == VCATTN_DTYPE_F32) ((float *)dst)[i] = x;
+        else if (to == VCATTN_DTYPE_F16) ((uint16_t *)dst)[i] = vcattn_f32_to_f16(x);
+        else ((uint16_t *)dst)[i] = vcattn_f32_to_bf16(x);
+    }
+    return dst;
+}
+
+/* Reads one .npy input as a view: 4-D [B,H,N,D] / [B,N,H,D], or 3-D with B = 1. */
+static vcattn_status load_npy(const options *o, const char *path, npy_array *arr, vcattn_tensor *t,
+                              void **converted, char *err) {
+    vcattn_status st = npy_read(path, o->bf16_files, arr, err, ERRLEN);
+    if (st) return st;
+    if (arr->ndim != 3 && arr->ndim != 4) {
+        snprintf(err, ERRLEN, "%s: expected a 3-D or 4-D array, got %d-D", path, arr->ndim);
+        return VCATTN_ERR_SHAPE_MISMATCH;
+    }
+    const int64_t *s = arr->shape + (arr->ndim - 3);   /* the last three axes */
+    int64_t b = arr->ndim == 4 ? arr->shape[0] : 1;
+    int64_t h = o->nhd ? s[1] : s[0], n = o->nhd ? s[0] : s[1], d = s[2];
+    void *data = arr->data;
+    vcattn_dtype dt = arr->dtype;
+    if (o->dtype_set && dt != o->dtype) {
+        if (!(data = *converted = convert(arr->data, dt, npy_numel(arr), o->dtype))) {
+            snprintf(err, ERRLEN, "%s: no memory to convert to %s", path,
+                     vcattn_dtype_name(o->dtype));
+            return VCATTN_ERR_OUT_OF_MEMORY;
+        }
+        dt = o->dtype;
+    }
+    *t = o->nhd ? vcattn_tensor_bnhd(data, dt, b, h, n, d)
+                : vcattn_tensor_bhnd(data, dt, b, h, n, d);
+    return VCATTN_OK;
+}
+
+/* The workload (converted to the input dtype, as a model supplies it) or the
+ * three files. On error err holds the message. */
+static vcattn_status load_inputs(const options *o, inputs *in, char *err) {
+    memset(in, 0, sizeof *in);
+    vcattn_status st;
+    if (o->q_path) {
+        if ((st = load_npy(o, o->q_path, &in->arr[0], &in->q, &in->converted[0], err)) ||
+            (st = load_npy(o, o->k_path, &in->arr[1], &in->k, &in->converted[1], err)) ||
+            (st = load_npy(o, o->v_path, &in->arr[2], &in->v, &in->converted[2], err)))
+            return st;
+        snprintf(in->source, sizeof in->source, "%s, %s, %s (%s)", o->q_path, o->k_path, o->v_path,
+                 o->nhd ? "NHD" : "HND");
+        return VCATTN_OK;
+    }
+    vcattn_workload *w = &in->w;
+    if ((st = vcattn_workload_generate(o->workload, o->seed, w))) {
+        snprintf(err, ERRLEN, "cannot generate workload '%s'", o->workload);
+        return st;
+    }
+    float **src[3] = {&w->q, &w->k, &w->v};
+    vcattn_tensor *dst[3] = {&in->q, &in->k, &in->v};
+    for (int i = 0; i < 3; i++) {
+        int64_t heads = i == 0 ? w->heads_q : w->heads_kv;
+        int64_t count = w->batch * heads * w->tokens * w->head_dim;
+        void *data = *src[i];
+        if (o->dtype != VCATTN_DTYPE_F32) {
+            data = in->converted[i] = convert(*src[i], VCATTN_DTYPE_F32, count, o->dtype);
+            if (!data) {
+                snprintf(err, ERRLEN, "no memory for the %s workload", w->name);
+                return VCATTN_ERR_OUT_OF_MEMORY;
+            }
+            /* The float32 original is not needed any more; on the large
+             * presets it is gigabytes. */
+            free(*src[i]);
+            *src[i] = NULL;
+        }
+        *dst[i] = vcattn_tensor_bhnd(data, o->dtype, w->batch, heads, w->tokens, w->head_dim);
+    }
+    in->rope = (vcattn_rope){w->rope_style, w->rope_cos, w->rope_sin, w->rope_cos, w->rope_sin};
+    in->has_rope = 1;
+    snprintf(in->source, sizeof in->source, "workload %s (seed %llu, %dx%dx%d grid)", w->name,
+             (unsigned long long)o->seed, w->frames, w->height, w->width);
+    return VCATTN_OK;
+}
+
+/* -------------------------------------------------------------- printing */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* JSON has no inf or nan: those become null. */
+static void json_num(double x) {
+    if (isfinite(x)) printf("%.9g", x);
+    else fputs("null", stdout);
+}
+
+static void json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+static void json_metrics(const vcattn_metrics *m) {
+    printf("{\"cosine\": "); json_num(m->cosine);
+    printf(", \"rel_l1\": "); json_num(m->rel_l1);
+    printf(", \"rel_l2\": "); json_num(m->rel_l2);
+    printf(", \"snr_db\": "); json_num(m->snr_db);
+    printf(", \"max_abs\": "); json_num(m->max_abs);
+    printf(", \"worst_row_rel_l2\": "); json_num(m->worst_row_rel_l2);
+    printf(", \"nonfinite\": %lld}", (long long)m->nonfinite);
+}
+
+static void json_config(const vcattn_config *c) {
+    /* %.7g: the float32 fields as typed, not their binary expansion; the
+     * library keeps them finite. */
+    printf("{\"qk\": \"%s\", \"k_smoothing\": %s, \"hadamard\": %s, \"sm_scale\": %.7g, "
+           "\"p\": \"%s\", \"expcast_beta\": %.7g, \"v\": \"%s\", \"vsmooth\": %s, "
+           "\"kmeans_clusters\": %d, \"kmeans_iters\": %d}",
+           name_of(QK_NAMES, c->qk_format), c->k_smoothing ? "true" : "false",
+           c->hadamard ? "true" : "false", c->sm_scale, name_of(P_NAMES, c->p_format),
+           c->expcast_beta, name_of(V_NAMES, c->v_format), c->vsmooth ? "true" : "false",
+           c->kmeans_clusters, c->kmeans_iters);
+}
+
+static void print_config(const vcattn_config *c) {
+    printf("qk %s, k-smoothing %s, hadamard %s, p %s, v %s, vsmooth %s",
+           name_of(QK_NAMES, c->qk_format), c->k_smoothing ? "on" : "off",
+           c->hadamard ? "on" : "off", name_of(P_NAMES, c->p_format),
+           name_of(V_NAMES, c->v_format), c->vsmooth ? "on" : "off");
+    if (c->vsmooth && c->kmeans_clusters) printf(" (%d clusters, %d iters)", c->kmeans_clusters, c->kmeans_iters);
+    else if (c->vsmooth) printf(" (auto clusters, %d iters)", c->kmeans_iters);
+    if (c->p_format == VCATTN_P_FP8_EXPCAST) printf(", beta %.3g", c->expcast_beta);
+    if (c->sm_scale > 0.0f) printf(", sm_scale %.6g", c->sm_scale);
+}
+
+/* Shape line shared by run and eval. */
+static void print_shape(const inputs *in) {
+    printf("B=%lld Hq=%lld Hkv=%lld Nq=%lld Nk=%lld D=%lld", (long long)in->q.batch,
+           (long long)in->q.heads, (long long)in->k.heads, (long long)in->q.tokens,
+           (long long)in->k.tokens, (long long)in->q.head_dim);
+}
+
+static void json_shape(const inputs *in) {
+    printf("{\"batch\": %lld, \"heads_q\": %lld, \"heads_kv\": %lld, \"tokens_q\": %lld, "
+           "\"tokens_kv\": %lld, \"head_dim\": %lld}",
+           (long long)in->q.batch, (long long)in->q.heads, (long long)in->k.heads,
+           (long long)in->q.tokens, (long long)in->k.tokens, (long long)in->q.head_dim);
+}
+
+/* ------------------------------------------------------------------- run */
+
+/* Creates the context; a backend that cannot run here says why. */
+static int open_context(vcattn_backend backend, vcattn_context **ctx) {
+    vcattn_status st = vcattn_create(ctx, backend);
+    if (st == VCATTN_OK) return 0;
+    const char *why = "";
+    vcattn_backend_available(backend, &why);
+    char msg[ERRLEN];
+    snprintf(msg, sizeof msg, "%s backend: %s", vcattn_backend_name(backend),
+             *why ? why : "cannot create");
+    return lib_error(st, msg);
+}
+
+static int cmd_run(const options *o) {
+    vcattn_config cfg = build_config(o);
+    vcattn_context *ctx = NULL;
+    inputs in;
+    char err[ERRLEN];
+    float *out = NULL, *lse = NULL;
+    double *ref = NULL, *ref_lse = NULL;
+    int rc;
+    vcattn_status st = load_inputs(o, &in, err);
+    if (st) {
+        rc = lib_error(st, err);
+        goto done;
+    }
+    if ((rc = open_context(o->backend, &ctx))) goto done;
+
+    const int64_t rows = in.q.batch * in.q.heads * in.q.tokens, d = in.q.head_dim;
+    /* +1: an empty shape still gets a pointer; the library then names the problem. */
+    out = malloc((size_t)(rows * d + 1) * sizeof *out);
+    lse = malloc((size_t)(rows + 1) * sizeof *lse);
+    ref = malloc((size_t)(rows * d + 1) * sizeof *ref);
+    ref_lse = malloc((size_t)(rows + 1) * sizeof *ref_lse);
+    if (!out || !lse || !ref || !ref_lse) {
+        rc = lib_error(VCATTN_ERR_OUT_OF_MEMORY, "output buffers");
+        goto done;
+    }
+    vcattn_tensor ot =
+        vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, in.q.batch, in.q.heads, in.q.tokens, d);
+    const vcattn_rope *rope = in.has_rope ? &in.rope : NULL;
+    const char *backend = vcattn_backend_name(vcattn_context_backend(ctx));
+
+    fprintf(stderr, "[1/2] %s on %s ...\n", o->method, backend);
+    double t0 = now_ms();
+    st = vcattn_attention(ctx, &cfg, &in.q, &in.k, &in.v, &ot, lse, rope, NULL);
+    double ms = now_ms() - t0;
+    if (st) {
+        rc = lib_error(st, vcattn_last_error(ctx));
+        goto done;
+    }
+    fprintf(stderr, "[2/2] fp64 reference ...\n");
+    if ((st = vcattn_reference_attention(&in.q, &in.k, &in.v, rope, cfg.sm_scale, ref, ref_lse))) {
+        rc = lib_error(st, "fp64 reference attention");
+        goto done;
+    }
+    vcattn_metrics m;
+    metrics_compute(out, ref, rows, d, &m);
+    double lse_err = 0.0;
+    for (int64_t i = 0; i < rows; i++) {
+        double e = fabs((double)lse[i] - ref_lse[i]);
+        lse_err = e > lse_err || isnan(e) ? e : lse_err;
+    }
+    if (o->out_path) {
+        npy_array arr = {VCATTN_DTYPE_F32, 4, {in.q.batch, in.q.heads, in.q.tokens, d}, out};
+        if ((st = npy_write(o->out_path, &arr, err, sizeof err))) {
+            rc = lib_error(st, err);
+            goto done;
+        }
+    }
+
+    if (o->json) {
+        printf("{\"backend\": \"%s\", \"method\": ", backend);
+        json_str(o->method);
+        printf(", \"config\": ");
+        json_config(&cfg);
+        printf(", \"source\": ");
+        json_str(in.source);
+        printf(", \"dtype\": {\"q\": \"%s\", \"k\": \"%s\", \"v\": \"%s\"}, \"shape\": ",
+               vcattn_dtype_name(in.q.dtype), vcattn_dtype_name(in.k.dtype),
+               vcattn_dtype_name(in.v.dtype));
+        json_shape(&in);
+        printf(", \"rope\": %s, \"time_ms\": ", in.has_rope ? "true" : "false");
+        json_num(ms);
+        printf(", \"metrics\": ");
+        json_metrics(&m);
+        printf(", \"lse_max_abs\": ");
+        json_num(lse_err);
+        if (o->out_path) {
+            printf(", \"out\": ");
+            json_str(o->out_path);
+        }
+        printf("}\n");
+    } else {
+        printf("backend           %s\n", backend);
+        printf("method            %s: ", o->method);
+        print_config(&cfg);
+        printf("\ninput             %s, q/k/v %s/%s/%s%s\n", in.source,
+               vcattn_dtype_name(in.q.dtype), vcattn_dtype_name(in.k.dtype),
+               vcattn_dtype_name(in.v.dtype), in.has_rope ? ", RoPE" : "");
+        printf("shape             ");
+        print_shape(&in);
+        printf("\ntime              %.2f ms\n", ms);
+        printf("cosine            %.8f\n", m.cosine);
+        printf("rel L1            %.6e\n", m.rel_l1);
+        printf("rel L2            %.6e\n", m.rel_l2);
+        printf("SNR               %.2f dB\n", m.snr_db);
+        printf("max abs error     %.6e\n", m.max_abs);
+        printf("worst-row rel L2  %.6e\n", m.worst_row_rel_l2);
+        printf("LSE max abs error %.6e\n", lse_err);
+        if (m.nonfinite) printf("non-finite output %lld values\n", (long long)m.nonfinite);
+        if (o->out_path) printf("output            %s\n", o->out_path);
+    }
+    rc = 0;
+done:
+    free(out); free(lse); free(ref); free(ref_lse);
+    vcattn_destroy(ctx);
+    inputs_free(&in);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ eval */
+
+static const char *const EVAL_METHODS[] = {
+    "bf16", "fp8-naive", "sage2", "sage2+hadamard", "vsmooth", "vc",
+    "sage3-4bit", "sage3-4bit+hadamard", "vsmooth-4bit"};
+#define NUM_EVAL (sizeof EVAL_METHODS / sizeof EVAL_METHODS[0])
+
+typedef struct {
+    vcattn_metrics m;
+    double v_err;        /* |V - V_hat|_F / |V|_F */
+    double prob, value;  /* eq. 2 terms, relative to |O_ref| */
+    double ms;
+} eval_row;
+
+/* The permutation a cold-start V-Smooth call computes for kv head `stream`. */
+static vcattn_status group_rows(const vcattn_config *cfg, const float *x, int64_t n, int64_t d,
+                                uint64_t stream, int32_t *perm) {
+    int clusters = vsmooth_cluster_count(cfg, n);
+    float *centroids = malloc((size_t)clusters * (size_t)d * sizeof *centroids);
+    int32_t *labels = malloc((size_t)n * sizeof *labels);
+    vcattn_status st = VCATTN_ERR_OUT_OF_MEMORY;
+    if (centroids && labels) {
+        vsmooth_init_centroids(x, n, d, clusters, cfg->kmeans_seed, stream, centroids);
+        vsmooth_kmeans(x, n, d, clusters, cfg->kmeans_iters, centroids, labels);
+        vsmooth_argsort_labels(labels, n, clusters, perm);
+        st = VCATTN_OK;
+    }
+    free(centroids);
+    free(labels);
+    return st;
+}
+
+/* Per kv head: V as the attention sees it (input dtype, no RoPE), grouped as a
+ * cold-start call of cfg groups it when cfg->vsmooth, quantized and rebuilt:
+ * |V - V_hat|_F / |V|_F over all heads into *v_err (if set). With energy set,
+ * also the block-mean energy shares in sequence order and in cfg's grouping,
+ * averaged over heads. */
+static vcattn_status value_analysis(const vcattn_config *cfg, const vcattn_tensor *v, double *v_err,
+                                    double energy[2]) {
+    const int64_t n = v->tokens, d = v->head_dim, heads = v->batch * v->heads;
+    float *x = malloc((size_t)(n * d) * sizeof *x);
+    float *xp = malloc((size_t)(n * d) * sizeof *xp);
+    int32_t *perm = malloc((size_t)n * sizeof *perm);
+    vcattn_status st = VCATTN_ERR_OUT_OF_MEMORY;
+    double num = 0.0, den = 0.0;
+    if (energy) energy[0] = energy[1] = 0.0;
+    if (!x || !xp || !perm) goto done;
+    for (int64_t g = 0; g < heads; g++) {
+        for (int64_t t = 0; t < n; t++)
+            vcattn_tensor_load_row(v, g / v->heads, g % v->heads, t, x + t * d);
+        if ((cfg->vsmooth || energy) && (st = group_rows(cfg, x, n, d, (uint64_t)g, perm)))
+            goto done;
+        if (energy) {
+            energy[0] += vsmooth_block_mean_energy_share(x, n, d, NULL, ENERGY_BLOCK) / heads;
+            energy[1] += vsmooth_block_mean_energy_share(x, n, d, perm, ENERGY_BLOCK) / heads;
+        }
+        if (v_err) {
+            for (int64_t t = 0; t < n; t++)
+                memcpy(xp + t * d, x + (cfg->vsmooth ? perm[t] : t) * d, (size_t)d * sizeof *xp);
+            /* x no longer needed: it takes the reconstruction. */
+            if ((st = cpu_value_roundtrip(cfg, xp, n, d, x))) goto done;
+            for (int64_t i = 0; i < n * d; i++) {
+                double e = (double)xp[i] - x[i];
+                num += e * e;
+                den += (double)xp[i] * xp[i];
+            }
+        }
+    }
+    if (v_err) *v_err = den > 0.0 ? sqrt(num / den) : 0.0;
+    st = VCATTN_OK;
+done:
+    free(x); free(xp); free(perm);
+    return st;
+}
+
+/* |a - b|_2 over count values. */
+static double l2_diff(const float *a, const float *b, int64_t count) {
+    double s = 0.0;
+    for (int64_t i = 0; i < count; i++) {
+        double e = (double)a[i] - b[i];
+        s += e * e;
+    }
+    return sqrt(s);
+}
+
+static int cmd_eval(const options *o) {
+    vcattn_context *ctx = NULL;
+    inputs in;
+    char err[ERRLEN];
+    float *oq = NULL, *opv = NULL;
+    double *ref = NULL;
+    eval_row rows_out[NUM_EVAL];
+    double energy[2];
+    int rc;
+    vcattn_status st = load_inputs(o, &in, err);
+    if (st) {
+        rc = lib_error(st, err);
+        goto done;
+    }
+    if ((rc = open_context(o->backend, &ctx))) goto done;
+    const char *backend = vcattn_backend_name(vcattn_context_backend(ctx));
+    const int64_t rows = in.q.batch * in.q.heads * in.q.tokens, d = in.q.head_dim;
+    oq = malloc((size_t)(rows * d) * sizeof *oq);
+    opv = malloc((size_t)(rows * d) * sizeof *opv);
+    ref = malloc((size_t)(rows * d) * sizeof *ref);
+    if (!oq || !opv || !ref) {
+        rc = lib_error(VCATTN_ERR_OUT_OF_MEMORY, "output buffers");
+        goto done;
+    }
+    const int64_t b = in.q.batch, hq = in.q.heads, nq = in.q.tokens;
+    vcattn_tensor tq = vcattn_tensor_bhnd(oq, VCATTN_DTYPE_F32, b, hq, nq, d);
+    vcattn_tensor tpv = vcattn_tensor_bhnd(opv, VCATTN_DTYPE_F32, b, hq, nq, d);
+
+    fprintf(stderr, "[0/%zu] fp64 reference ...\n", NUM_EVAL);
+    if ((st = vcattn_reference_attention(&in.q, &in.k, &in.v, &in.rope, 0.0f, ref, NULL))) {
+        rc = lib_error(st, "fp64 reference attention");
+        goto done;
+    }
+    double ref_norm = 0.0;
+    for (int64_t i = 0; i < rows * d; i++) ref_norm += ref[i] * ref[i];
+    ref_norm = sqrt(ref_norm);
+
+    for (size_t i = 0; i < NUM_EVAL; i++) {
+        fprintf(stderr, "[%zu/%zu] %s ...\n", i + 1, NUM_EVAL, EVAL_METHODS[i]);
+        eval_row *r = &rows_out[i];
+        vcattn_config cfg;
+        vcattn_config_from_method(EVAL_METHODS[i], &cfg);
+        cfg.num_threads = o->threads;
+        double t0 = now_ms();
+        st = vcattn_attention(ctx, &cfg, &in.q, &in.k, &in.v, &tq, NULL, &in.rope, NULL);
+        r->ms = now_ms() - t0;
+        /* O_pv: quantized P, exact V. V-Smooth stays as the method has it: its
+         * permutation reorders the key tiles, and with them the running maxima
+         * P is encoded against, so turning it off would move P error into the
+         * value term; with exact V its demeaning is exact. */
+        vcattn_config pv = cfg;
+        pv.v_format = VCATTN_V_EXACT;
+        int own_pv = cfg.v_format == VCATTN_V_EXACT;
+        if (!st && !own_pv)
+            st = vcattn_attention(ctx, &pv, &in.q, &in.k, &in.v, &tpv, NULL, &in.rope, NULL);
+        if (st) {
+            char msg[ERRLEN + 64];
+            snprintf(msg, sizeof msg, "%s: %s", EVAL_METHODS[i], vcattn_last_error(ctx));
+            rc = lib_error(st, msg);
+            goto done;
+        }
+        const float *o_pv = own_pv ? oq : opv;
+        vcattn_metrics pm;
+        metrics_compute(oq, ref, rows, d, &r->m);
+        metrics_compute(o_pv, ref, rows, d, &pm);
+        r->prob = pm.rel_l2;
+        r->value = ref_norm > 0.0 ? l2_diff(o_pv, oq, rows * d) / ref_norm : 0.0;
+        r->v_err = 0.0;
+        if (cfg.v_format != VCATTN_V_EXACT &&
+            (st = value_analysis(&cfg, &in.v, &r->v_err, NULL))) {
+            rc = lib_error(st, "value analysis");
+            goto done;
+        }
+    }
+    vcattn_config vc;
+    vcattn_config_from_method("vc", &vc);
+    if ((st = value_analysis(&vc, &in.v, NULL, energy))) {
+        rc = lib_error(st, "value analysis");
+        goto done;
+    }
+
+    /* Does the value term dominate (share > 1/2) where V-Smooth should help? */
+    static const char *const FOCUS[] = {"sage2", "vsmooth", "vc"};
+    double share[3];
+    int dominates[3];
+    for (int f = 0; f < 3; f++)
+        for (size_t i = 0; i < NUM_EVAL; i++)
+            if (strcmp(EVAL_METHODS[i], FOCUS[f]) == 0) {
+                double s = rows_out[i].prob + rows_out[i].value;
+                share[f] = s > 0.0 ? rows_out[i].value / s : 0.0;
+                dominates[f] = share[f] > 0.5;
+            }
+
+    if (o->json) {
+        printf("{\"workload\": ");
+        json_str(in.source);
+        printf(", \"backend\": \"%s\", \"dtype\": \"%s\", \"shape\": ", backend,
+               vcattn_dtype_name(o->dtype));
+        json_shape(&in);
+        printf(", \"methods\": [");
+        for (size_t i = 0; i < NUM_EVAL; i++) {
+            const eval_row *r = &rows_out[i];
+            double s = r->prob + r->value;
+            printf("%s{\"method\": \"%s\", \"metrics\": ", i ? ", " : "", EVAL_METHODS[i]);
+            json_metrics(&r->m);
+            printf(", \"v_quant_rel_l2\": "); json_num(r->v_err);
+            printf(", \"prob_term\": "); json_num(r->prob);
+            printf(", \"value_term\": "); json_num(r->value);
+            printf(", \"value_share\": "); json_num(s > 0.0 ? r->value / s : 0.0);
+            printf(", \"time_ms\": "); json_num(r->ms);
+            printf("}");
+        }
+        printf("], \"energy_share\": {\"block\": %d, \"sequence_order\": ", ENERGY_BLOCK);
+        json_num(energy[0]);
+        printf(", \"grouped\": ");
+        json_num(energy[1]);
+        printf("}, \"value_term_dominates\": {");
+        for (int f = 0; f < 3; f++)
+            printf("%s\"%s\": %s", f ? ", " : "", FOCUS[f], dominates[f] ? "true" : "false");
+        printf("}}\n");
+    } else {
+        printf("%s, ", in.source);
+        print_shape(&in);
+        printf(", %s inputs, backend %s\n\n", vcattn_dtype_name(o->dtype), backend);
+        printf("%-20s %10s %10s %10s %7s %10s %9s %9s %9s %6s %9s\n", "method", "cosine", "rel L1",
+               "rel L2", "SNR dB", "worst row", "V-q err", "prob", "value", "value%", "time ms");
+        for (size_t i = 0; i < NUM_EVAL; i++) {
+            const eval_row *r = &rows_out[i];
+            double s = r->prob + r->value;
+            printf("%-20s %10.7f %10.3e %10.3e %7.2f %10.3e %9.3e %9.3e %9.3e %5.1f%% %9.1f\n",
+                   EVAL_METHODS[i], r->m.cosine, r->m.rel_l1, r->m.rel_l2, r->m.snr_db,
+                   r->m.worst_row_rel_l2, r->v_err, r->prob, r->value,
+                   s > 0.0 ? 100.0 * r->value / s : 0.0, r->ms);
+        }
+        printf("\nprob = |O_ref - O_pv| / |O_ref|, value = |O_pv - O_q| / |O_ref| (eq. 2),\n"
+               "O_pv: the method with exact V (same grouping); "
+               "V-q err = |V - V_hat|_F / |V|_F.\n");
+        printf("V block-mean energy share (%d-row blocks, mean over heads): %.1f%% in sequence "
+               "order, %.1f%% after k-means grouping (%d clusters)\n",
+               ENERGY_BLOCK, 100.0 * energy[0], 100.0 * energy[1],
+               vsmooth_cluster_count(&vc, in.k.tokens));
+        printf("Value-term share of the output error:");
+        for (int f = 0; f < 3; f++)
+            printf(" %s %.1f%%%s", FOCUS[f], 100.0 * share[f], f < 2 ? "," : "");
+        int n_dom = dominates[0] + dominates[1] + dominates[2];
+        if (n_dom == 3) printf(": the value term dominates for all three.\n");
+        else if (n_dom == 0) printf(": the value term dominates for none of them.\n");
+        else {
+            printf(": the value term dominates for");
+            for (int f = 0, k = 0; f < 3; f++)
+                if (dominates[f]) printf("%s %s", k++ ? "," : "", FOCUS[f]);
+            printf(" but not for");
+            for (int f = 0, k = 0; f < 3; f++)
+                if (!dominates[f]) printf("%s %s", k++ ? "," : "", FOCUS[f]);
+            printf(".\n");
+        }
+    }
+    rc = 0;
+done:
+    free(oq); free(opv); free(ref);
+    vcattn_destroy(ctx);
+    inputs_free(&in);
+    return rc;
+}
+
+/* --------------------------------------------------------------- expcast */
+
+static int cmd_expcast(int argc, char **argv) {
+    float beta = -0.35f;
+    int json = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(USAGE_EXPCAST, stdout);
+            return 0;
+        } else if (strcmp(a, "--json") == 0) {
+            json = 1;
+        } else if (strcmp(a, "--beta") == 0) {
+            if (i + 1 >= argc) return usage_error("expcast", "option '--beta' needs a value");
+            if (!parse_float(argv[++i], -1.0, 1.0, 1, &beta))
+                return usage_error("expcast", "--beta: '%s' is not a number in (-1, 1)", argv[i]);
+        } else {
+            return usage_error("expcast", a[0] == '-' ? "unknown option '%s' for expcast"
+                                                      : "unexpected argument '%s'", a);
+        }
+    }
+    expcast_facts f;
+    expcast_compute(beta, &f);
+    expcast_print(&f, json, stdout);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ main */
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(USAGE, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
+        fputs(USAGE, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("vcattn %s\n", vcattn_version_string());
+        return 0;
+    }
+    if (strcmp(cmd, "expcast") == 0) return cmd_expcast(argc, argv);
+    if (strcmp(cmd, "run") != 0 && strcmp(cmd, "eval") != 0)
+        return usage_error(NULL, cmd[0] == '-' ? "unknown option '%s'" : "unknown command '%s'",
+                           cmd);
+
+    options o = {0};
+    o.cmd = cmd;
+    o.method = "vc";
+    o.backend = VCATTN_BACKEND_AUTO;
+    o.dtype = VCATTN_DTYPE_BF16;
+    o.hadamard = o.k_smoothing = o.vsmooth = o.qk = o.p = o.v = o.clusters = o.iters = -1;
+    o.beta = o.sm_scale = NAN;
+    int rc = parse_options(argc, argv, &o);
+    if (rc != PROCEED) return rc;
+    if (!o.q_path && !o.workload) o.workload = "small";
+    /* --threads bounds everything OpenMP runs here: the reference too. */
+    if (o.threads > 0) omp_set_num_threads(o.threads);
+    return strcmp(cmd, "run") == 0 ? cmd_run(&o) : cmd_eval(&o);
+}
