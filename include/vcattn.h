@@ -154,7 +154,9 @@ typedef struct {
     vcattn_v_format v_format;
     int vsmooth;              /* V-Smooth: k-means grouping + 128-row block demeaning */
     /* k-means of V-Smooth */
-    int kmeans_clusters;      /* default 32 */
+    int kmeans_clusters;      /* 0 (default) = auto: ceil(Nk/128)/4 clamped to
+                                 [2, 32], so most 128-row blocks hold one
+                                 cluster; never more than Nk */
     int kmeans_iters;         /* Lloyd iterations from a cold start; default 10 */
     int kmeans_warm_iters;    /* from the previous step's centroids; default 5 */
     uint64_t kmeans_seed;     /* seeds the cold-start choice of initial centroids */

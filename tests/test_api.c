@@ -85,7 +85,7 @@ static void test_bad_inputs(vcattn_context *ctx) {
     c = good_call(); c.q.dtype = (vcattn_dtype)7; expect(ctx, &c, VCATTN_ERR_UNSUPPORTED_DTYPE, "bad dtype");
     c = good_call(); c.k.stride_token = -D; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative stride");
     c = good_call(); c.out.stride_token = 1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "overlapping out rows");
-    c = good_call(); c.cfg.kmeans_clusters = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "0 clusters");
+    c = good_call(); c.cfg.kmeans_clusters = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative clusters");
     c = good_call(); c.cfg.group_window = 1.5f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "window > 1");
     c = good_call(); c.cfg.sm_scale = -1.0f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative sm_scale");
     c = good_call(); c.cfg.sm_scale = NAN; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "NaN sm_scale");

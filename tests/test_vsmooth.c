@@ -18,7 +18,7 @@ static void test_kmeans(void) {
     static float x[n * d], c1[k * d], c2[k * d];
     static int32_t l1[n], l2[n], perm[n];
     for (int t = 0; t < n; t++)
-        for (int i = 0; i < d; i++) x[t * d + i] = 10.0f * (float)(t % 3) * (i == t % 3) + 0.1f * frand();
+        for (int i = 0; i < d; i++) x[t * d + i] = 10.0f * (float)(i == t % 3) + 0.1f * frand();
     vsmooth_init_centroids(x, n, d, k, 7, 0, c1);
     memcpy(c2, c1, sizeof c1);
     vsmooth_kmeans(x, n, d, k, 10, c1, l1);

@@ -176,10 +176,10 @@ static vcattn_status check_config(vcattn_context *ctx, const vcattn_config *c, i
                            "config: sm_scale must be finite and >= 0 (0 = 1/sqrt(D))");
     if (!(c->expcast_beta > -1.0f && c->expcast_beta < 1.0f))
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: expcast_beta must be in (-1, 1)");
-    if (c->kmeans_clusters < 1 || c->kmeans_clusters > 4096 || c->kmeans_iters < 1 ||
+    if (c->kmeans_clusters < 0 || c->kmeans_clusters > 4096 || c->kmeans_iters < 1 ||
         c->kmeans_warm_iters < 1)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
-                           "config: kmeans_clusters must be in [1, 4096] and the iteration counts >= 1");
+                           "config: kmeans_clusters must be in [0, 4096] (0 = auto) and the iteration counts >= 1");
     if (!(c->group_window >= 0.0f && c->group_window <= 1.0f) || c->group_refresh < 1)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "config: group_window must be in [0, 1] and group_refresh >= 1");

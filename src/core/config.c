@@ -14,7 +14,7 @@ vcattn_config vcattn_config_default(void) {
     c.expcast_beta = -0.35f;
     c.v_format = VCATTN_V_FP8_CHANNEL;
     c.vsmooth = 1;
-    c.kmeans_clusters = 32;
+    c.kmeans_clusters = 0;
     c.kmeans_iters = 10;
     c.kmeans_warm_iters = 5;
     c.kmeans_seed = 0x5eedULL;

@@ -7,6 +7,10 @@
 
 #include <stdarg.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define VCATTN_TILE 128          /* keys per KV tile, rows per V-Smooth block */
 #define VCATTN_K_LANE_GROUPS 4   /* INT8 K scales per tile: one per lane group */
 #define VCATTN_MAX_HEAD_DIM 256
@@ -47,4 +51,7 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
 /* 1 if head_dim is a power of two (the Hadamard needs one). */
 static inline int vcattn_is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
+#ifdef __cplusplus
+}
+#endif
 #endif

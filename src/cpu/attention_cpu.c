@@ -300,7 +300,7 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
     const int64_t nkv = p.batch * p.hkv, nqh = p.batch * p.hq;
     const int threads = thread_count(cfg);
 
-    int clusters = cfg->kmeans_clusters < p.nk ? cfg->kmeans_clusters : (int)p.nk;
+    int clusters = vsmooth_cluster_count(cfg, p.nk);
     vcattn_grouping plan = resolve_plan(cfg, layer, &p, clusters);
     int groups = plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM;
 

@@ -14,6 +14,15 @@ static uint64_t splitmix64(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
+int vsmooth_cluster_count(const vcattn_config *cfg, int64_t nk) {
+    int64_t k = cfg->kmeans_clusters;
+    if (k == 0) {
+        k = (nk + 127) / 128 / 4;
+        k = k < 2 ? 2 : (k > 32 ? 32 : k);
+    }
+    return (int)(k < nk ? k : nk);
+}
+
 void vsmooth_init_centroids(const float *x, int64_t n, int64_t d, int k, uint64_t seed,
                             uint64_t stream, float *centroids) {
     /* Partial Fisher-Yates over token indices: k distinct tokens. Sparse swap
@@ -98,23 +107,26 @@ void vsmooth_argsort_labels(const int32_t *labels, int64_t n, int k, int32_t *pe
 
 double vsmooth_block_mean_energy_share(const float *x, int64_t n, int64_t d,
                                        const int32_t *perm, int64_t block) {
-    double removed = 0.0, total = 0.0;
+    double share_sum = 0.0;
+    int64_t blocks = 0;
     double *mean = malloc((size_t)d * sizeof *mean);
     if (!mean) return 0.0;
     for (int64_t b0 = 0; b0 < n; b0 += block) {
         int64_t rows = n - b0 < block ? n - b0 : block;
+        double energy = 0.0, sq = 0.0;
         memset(mean, 0, (size_t)d * sizeof *mean);
         for (int64_t r = 0; r < rows; r++) {
             const float *row = x + (int64_t)(perm ? perm[b0 + r] : b0 + r) * d;
             for (int64_t i = 0; i < d; i++) {
                 mean[i] += row[i];
-                total += (double)row[i] * row[i];
+                energy += (double)row[i] * row[i];
             }
         }
-        double sq = 0.0;
+        if (energy == 0.0) continue;
         for (int64_t i = 0; i < d; i++) sq += (mean[i] / rows) * (mean[i] / rows);
-        removed += (double)rows * sq;
+        share_sum += (double)rows * sq / energy;
+        blocks++;
     }
     free(mean);
-    return total > 0.0 ? removed / total : 0.0;
+    return blocks ? share_sum / (double)blocks : 0.0;
 }

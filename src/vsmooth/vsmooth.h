@@ -25,11 +25,18 @@ void vsmooth_init_centroids(const float *x, int64_t n, int64_t d, int k, uint64_
 /* Stable counting sort by label: perm[i] = original index of the i-th token. */
 void vsmooth_argsort_labels(const int32_t *labels, int64_t n, int k, int32_t *perm);
 
-/* Share of the energy the block means remove, sum_j B_j |mu_j|^2 / sum |V_j|^2,
- * over blocks of `block` consecutive rows of x (the last may be partial) in
- * the order given by perm (NULL: sequence order). Returns 0 for zero energy. */
+/* Share of a block's energy its mean removes, B_j |mu_j|^2 / |V_j|_F^2 (paper
+ * eq. 5), averaged over the blocks of `block` consecutive rows of x (the last
+ * may be partial) in the order given by perm (NULL: sequence order), as the
+ * paper's figure 4 averages it. Blocks with zero energy are skipped; 0 if all. */
 double vsmooth_block_mean_energy_share(const float *x, int64_t n, int64_t d,
                                        const int32_t *perm, int64_t block);
+
+/* The number of clusters a call uses: the config's, or with 0 the automatic
+ * choice (a quarter of the 128-row blocks, within [2, 32]); at most nk. Sorting
+ * leaves at most k - 1 blocks mixing two clusters, so k well below the block
+ * count keeps most blocks single-cluster. */
+int vsmooth_cluster_count(const vcattn_config *cfg, int64_t nk);
 
 /* Per-layer state (the public vcattn_layer). */
 struct vcattn_layer {
