@@ -282,13 +282,26 @@ static void test_method_ordering(vcattn_context *ctx) {
     double *ref = malloc((size_t)(hq * nq * d) * sizeof(double));
     float *out = malloc((size_t)(hq * nq * d) * sizeof(float));
     vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, hq, nq, d);
-    vcattn_reference_attention(&tq, &tk, &tv, &rope, 0.0f, ref, NULL);
+    double *ref_lse = malloc((size_t)(hq * nq) * sizeof(double));
+    float *lse = malloc((size_t)(hq * nq) * sizeof(float));
+    vcattn_reference_attention(&tq, &tk, &tv, &rope, 0.0f, ref, ref_lse);
     const char *methods[] = {"fp8-naive", "sage2", "vsmooth", "vc"};
     double err[4];
     for (int i = 0; i < 4; i++) {
         vcattn_config c;
         vcattn_config_from_method(methods[i], &c);
-        CHECK(vcattn_attention(ctx, &c, &tq, &tk, &tv, &to, NULL, &rope, NULL) == VCATTN_OK, "%s", methods[i]);
+        CHECK(vcattn_attention(ctx, &c, &tq, &tk, &tv, &to, lse, &rope, NULL) == VCATTN_OK, "%s", methods[i]);
+        /* The LSE of quantized scores: INT8 score error is ~1% of |s|, so
+         * a few hundredths on average; NaN fails. */
+        double lse_sum = 0.0, lse_max = 0.0;
+        for (int64_t r = 0; r < hq * nq; r++) {
+            double e = fabs(lse[r] - ref_lse[r]);
+            lse_sum += e;
+            lse_max = isnan(e) || e > lse_max ? (isnan(e) ? INFINITY : e) : lse_max;
+        }
+        if (i > 0)
+            CHECK(lse_sum / (double)(hq * nq) < 0.02 && lse_max < 0.25, "%s LSE error mean %.4f max %.4f",
+                  methods[i], lse_sum / (double)(hq * nq), lse_max);
         vcattn_metrics m;
         metrics_compute(out, ref, hq * nq, d, &m);
         err[i] = m.rel_l2;
@@ -297,7 +310,7 @@ static void test_method_ordering(vcattn_context *ctx) {
     CHECK(err[1] < err[0], "sage2 (%.4f) should beat fp8-naive (%.4f)", err[1], err[0]);
     CHECK(err[2] < err[1], "vsmooth (%.4f) should beat sage2 (%.4f)", err[2], err[1]);
     CHECK(err[3] < err[1], "vc (%.4f) should beat sage2 (%.4f)", err[3], err[1]);
-    free(qb); free(kb); free(vb); free(ref); free(out);
+    free(qb); free(kb); free(vb); free(ref); free(out); free(ref_lse); free(lse);
     vcattn_workload_free(&w);
 }
 
