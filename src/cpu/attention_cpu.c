@@ -282,8 +282,7 @@ static vcattn_grouping resolve_plan(const vcattn_config *cfg, const vcattn_layer
         !vsmooth_layer_matches(layer, p->batch, p->hkv, p->nk, p->d, clusters)) {
         /* Stored grouping is for another shape: regroup inside the window,
          * run plain outside it. */
-        int window = (int)ceil((double)cfg->group_window * layer->num_steps);
-        plan = layer->step < window ? VCATTN_GROUP_COLD : VCATTN_GROUP_NONE;
+        plan = vsmooth_in_window(layer, cfg) ? VCATTN_GROUP_COLD : VCATTN_GROUP_NONE;
     }
     return plan;
 }

@@ -43,11 +43,14 @@ vcattn_status vcattn_layer_set_step(vcattn_layer *l, int step) {
 
 int vcattn_layer_step(const vcattn_layer *l) { return l ? l->step : 0; }
 
+int vsmooth_in_window(const vcattn_layer *l, const vcattn_config *cfg) {
+    return l->step < (int)ceil((double)cfg->group_window * l->num_steps);
+}
+
 vcattn_grouping vcattn_layer_plan(const vcattn_layer *l, const vcattn_config *cfg) {
     if (!cfg || !cfg->vsmooth) return VCATTN_GROUP_NONE;
     if (!l) return VCATTN_GROUP_COLD;
-    int window = (int)ceil((double)cfg->group_window * l->num_steps);
-    if (l->step < window) {
+    if (vsmooth_in_window(l, cfg)) {
         if (!l->has_grouping) return VCATTN_GROUP_COLD;
         return l->step % cfg->group_refresh == 0 ? VCATTN_GROUP_WARM : VCATTN_GROUP_REUSE;
     }

@@ -50,6 +50,10 @@ struct vcattn_layer {
     int has_grouping;
 };
 
+/* Whether the layer's current step lies in the grouping window, the first
+ * ceil(group_window * num_steps) steps. */
+int vsmooth_in_window(const vcattn_layer *layer, const vcattn_config *cfg);
+
 /* Whether the stored grouping fits this shape and cluster count. */
 int vsmooth_layer_matches(const vcattn_layer *layer, int64_t batch, int64_t heads_kv,
                           int64_t tokens, int64_t head_dim, int clusters);
