@@ -201,6 +201,14 @@ void vcattn_destroy(vcattn_context *ctx);  /* NULL-safe */
 vcattn_backend vcattn_context_backend(const vcattn_context *ctx);
 /* Message of the last failed call on this context ("" if none); never NULL. */
 const char *vcattn_last_error(const vcattn_context *ctx);
+/* CUDA contexts run every later call on this stream (a cudaStream_t; NULL, the
+ * default, is the legacy default stream) on the device current at the call.
+ * Tensors may live on that device (used in place) or in
+ * host memory (staged through the device). A call returns once its work is
+ * queued, unless it must read something back: host outputs, the non-finite
+ * check (cfg.check_finite), or a new grouping for a layer. CPU contexts
+ * accept and ignore it. */
+vcattn_status vcattn_set_cuda_stream(vcattn_context *ctx, void *stream);
 /* Whether a backend can run here; if not, why (static string) in *why. */
 int vcattn_backend_available(vcattn_backend backend, const char **why);
 

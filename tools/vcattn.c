@@ -714,7 +714,22 @@ typedef struct {
     double v_err;        /* |V - V_hat|_F / |V|_F */
     double prob, value;  /* eq. 2 terms, relative to |O_ref| */
     double ms;
+    vcattn_backend backend;  /* where O_q ran */
 } eval_row;
+
+/* Runs on ctx, or on cpu_ctx when ctx's backend lacks the configuration (the
+ * GPU kernel runs only the 8-bit INT8-QK / FP8-PV methods). */
+static vcattn_status attention_or_cpu(vcattn_context *ctx, vcattn_context *cpu_ctx,
+                                      const vcattn_config *cfg, const inputs *in,
+                                      const vcattn_tensor *out, vcattn_context **used) {
+    *used = ctx;
+    vcattn_status st = vcattn_attention(ctx, cfg, &in->q, &in->k, &in->v, out, NULL, &in->rope, NULL);
+    if (st == VCATTN_ERR_UNSUPPORTED_CONFIG && cpu_ctx) {
+        *used = cpu_ctx;
+        st = vcattn_attention(cpu_ctx, cfg, &in->q, &in->k, &in->v, out, NULL, &in->rope, NULL);
+    }
+    return st;
+}
 
 /* The permutation a cold-start V-Smooth call computes for kv head `stream`. */
 static vcattn_status group_rows(const vcattn_config *cfg, const float *x, int64_t n, int64_t d,
@@ -788,7 +803,7 @@ static double l2_diff(const float *a, const float *b, int64_t count) {
 }
 
 static int cmd_eval(const options *o) {
-    vcattn_context *ctx = NULL;
+    vcattn_context *ctx = NULL, *cpu_ctx = NULL;
     inputs in;
     char err[ERRLEN];
     float *oq = NULL, *opv = NULL;
@@ -802,6 +817,9 @@ static int cmd_eval(const options *o) {
         goto done;
     }
     if ((rc = open_context(o->backend, &ctx))) goto done;
+    if (vcattn_context_backend(ctx) != VCATTN_BACKEND_CPU &&
+        (rc = open_context(VCATTN_BACKEND_CPU, &cpu_ctx)))
+        goto done;
     const char *backend = vcattn_backend_name(vcattn_context_backend(ctx));
     const int64_t rows = in.q.batch * in.q.heads * in.q.tokens, d = in.q.head_dim;
     oq = malloc((size_t)(rows * d) * sizeof *oq);
@@ -830,9 +848,11 @@ static int cmd_eval(const options *o) {
         vcattn_config cfg;
         vcattn_config_from_method(EVAL_METHODS[i], &cfg);
         cfg.num_threads = o->threads;
+        vcattn_context *used, *pv_used;
         double t0 = now_ms();
-        st = vcattn_attention(ctx, &cfg, &in.q, &in.k, &in.v, &tq, NULL, &in.rope, NULL);
+        st = attention_or_cpu(ctx, cpu_ctx, &cfg, &in, &tq, &used);
         r->ms = now_ms() - t0;
+        r->backend = vcattn_context_backend(used);
         /* O_pv: quantized P, exact V. V-Smooth stays as the method has it: its
          * permutation reorders the key tiles, and with them the running maxima
          * P is encoded against, so turning it off would move P error into the
@@ -840,11 +860,11 @@ static int cmd_eval(const options *o) {
         vcattn_config pv = cfg;
         pv.v_format = VCATTN_V_EXACT;
         int own_pv = cfg.v_format == VCATTN_V_EXACT;
-        if (!st && !own_pv)
-            st = vcattn_attention(ctx, &pv, &in.q, &in.k, &in.v, &tpv, NULL, &in.rope, NULL);
+        if (!st && !own_pv) st = attention_or_cpu(ctx, cpu_ctx, &pv, &in, &tpv, &pv_used);
+        else pv_used = used;
         if (st) {
             char msg[ERRLEN + 64];
-            snprintf(msg, sizeof msg, "%s: %s", EVAL_METHODS[i], vcattn_last_error(ctx));
+            snprintf(msg, sizeof msg, "%s: %s", EVAL_METHODS[i], vcattn_last_error(own_pv ? used : pv_used));
             rc = lib_error(st, msg);
             goto done;
         }
@@ -897,6 +917,7 @@ static int cmd_eval(const options *o) {
             printf(", \"value_term\": "); json_num(r->value);
             printf(", \"value_share\": "); json_num(s > 0.0 ? r->value / s : 0.0);
             printf(", \"time_ms\": "); json_num(r->ms);
+            printf(", \"backend\": \"%s\"", vcattn_backend_name(r->backend));
             printf("}");
         }
         printf("], \"energy_share\": {\"block\": %d, \"sequence_order\": ", ENERGY_BLOCK);
@@ -911,19 +932,20 @@ static int cmd_eval(const options *o) {
         printf("%s, ", in.source);
         print_shape(&in);
         printf(", %s inputs, backend %s\n\n", vcattn_dtype_name(o->dtype), backend);
-        printf("%-20s %10s %10s %10s %7s %10s %9s %9s %9s %6s %9s\n", "method", "cosine", "rel L1",
-               "rel L2", "SNR dB", "worst row", "V-q err", "prob", "value", "value%", "time ms");
+        printf("%-20s %10s %10s %10s %7s %10s %9s %9s %9s %6s %9s %s\n", "method", "cosine", "rel L1",
+               "rel L2", "SNR dB", "worst row", "V-q err", "prob", "value", "value%", "time ms",
+               "backend");
         for (size_t i = 0; i < NUM_EVAL; i++) {
             const eval_row *r = &rows_out[i];
             double s = r->prob + r->value;
-            printf("%-20s %10.7f %10.3e %10.3e %7.2f %10.3e %9.3e %9.3e %9.3e %5.1f%% %9.1f\n",
+            printf("%-20s %10.7f %10.3e %10.3e %7.2f %10.3e %9.3e %9.3e %9.3e %5.1f%% %9.1f %s\n",
                    EVAL_METHODS[i], r->m.cosine, r->m.rel_l1, r->m.rel_l2, r->m.snr_db,
                    r->m.worst_row_rel_l2, r->v_err, r->prob, r->value,
-                   s > 0.0 ? 100.0 * r->value / s : 0.0, r->ms);
+                   s > 0.0 ? 100.0 * r->value / s : 0.0, r->ms, vcattn_backend_name(r->backend));
         }
         printf("\nprob = |O_ref - O_pv| / |O_ref|, value = |O_pv - O_q| / |O_ref| (eq. 2),\n"
-               "O_pv: the method with exact V (same grouping); "
-               "V-q err = |V - V_hat|_F / |V|_F.\n");
+               "O_pv: the method with exact V (same grouping; cpu backend where the\n"
+               "backend column's lacks a format); V-q err = |V - V_hat|_F / |V|_F.\n");
         printf("V block-mean energy share (%d-row blocks, mean over heads): %.1f%% in sequence "
                "order, %.1f%% after k-means grouping (%d clusters)\n",
                ENERGY_BLOCK, 100.0 * energy[0], 100.0 * energy[1],
@@ -947,6 +969,7 @@ static int cmd_eval(const options *o) {
     rc = 0;
 done:
     free(oq); free(opv); free(ref);
+    vcattn_destroy(cpu_ctx);
     vcattn_destroy(ctx);
     inputs_free(&in);
     return rc;

@@ -66,6 +66,12 @@ const char *vcattn_last_error(const vcattn_context *ctx) {
     return ctx ? ctx->last_error : "no context";
 }
 
+vcattn_status vcattn_set_cuda_stream(vcattn_context *ctx, void *stream) {
+    if (!ctx) return VCATTN_ERR_NULL_POINTER;
+    ctx->cuda_stream = stream;
+    return VCATTN_OK;
+}
+
 /* -------------------------------------------------------------- tensors */
 
 vcattn_tensor vcattn_tensor_bhnd(void *data, vcattn_dtype dtype, int64_t batch,
@@ -198,7 +204,7 @@ static vcattn_status check_config(vcattn_context *ctx, const vcattn_config *c, i
 vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg,
                                    const vcattn_tensor *q, const vcattn_tensor *k,
                                    const vcattn_tensor *v, const vcattn_tensor *out,
-                                   const vcattn_rope *rope) {
+                                   const vcattn_rope *rope, int scan_host) {
     if (!cfg || !q || !k || !v || !out)
         return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "cfg, q, k, v and out must not be NULL");
     vcattn_status s;
@@ -234,7 +240,7 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
         return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "rope: all four tables are required");
     if (rope && rope->style != VCATTN_ROPE_INTERLEAVED && rope->style != VCATTN_ROPE_HALF_SPLIT)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "rope: unknown style %d", (int)rope->style);
-    if (cfg->check_finite) {
+    if (cfg->check_finite && scan_host) {
         if (!scan_finite(q)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "q contains NaN or Inf");
         if (!scan_finite(k)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "k contains NaN or Inf");
         if (!scan_finite(v)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "v contains NaN or Inf");
@@ -255,7 +261,8 @@ vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_config *cfg,
                                const vcattn_rope *rope, vcattn_layer *layer) {
     if (!ctx) return VCATTN_ERR_NULL_POINTER;
     ctx->last_error[0] = '\0';
-    vcattn_status s = vcattn_validate_call(ctx, cfg, q, k, v, out, rope);
+    vcattn_status s = vcattn_validate_call(ctx, cfg, q, k, v, out, rope,
+                                          ctx->backend != VCATTN_BACKEND_CUDA);
     if (s) return s;
     switch (ctx->backend) {
     case VCATTN_BACKEND_CPU: return cpu_attention(ctx, cfg, q, k, v, out, lse, rope, layer);

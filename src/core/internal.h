@@ -18,6 +18,7 @@ extern "C" {
 
 struct vcattn_context {
     vcattn_backend backend;
+    void *cuda_stream;   /* cudaStream_t of a CUDA context */
     char last_error[VCATTN_ERRMSG_LEN];
 };
 
@@ -42,11 +43,12 @@ void vcattn_tensor_store_row(const vcattn_tensor *t, int64_t b, int64_t h, int64
                              const float *src);
 
 /* Checks every argument of vcattn_attention without touching data beyond the
- * finite check (done only if cfg->check_finite). */
+ * finite check (done only if cfg->check_finite and scan_host: the CUDA
+ * backend checks on the device). */
 vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg,
                                    const vcattn_tensor *q, const vcattn_tensor *k,
                                    const vcattn_tensor *v, const vcattn_tensor *out,
-                                   const vcattn_rope *rope);
+                                   const vcattn_rope *rope, int scan_host);
 
 /* 1 if head_dim is a power of two (the Hadamard needs one). */
 static inline int vcattn_is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }

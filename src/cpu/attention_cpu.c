@@ -274,19 +274,6 @@ static void free_problem(problem *p) {
     free(p->kv); free(p->qh); free(p->out); free(p->lse);
 }
 
-/* What this call does for V-Smooth, given the layer and this call's shape. */
-static vcattn_grouping resolve_plan(const vcattn_config *cfg, const vcattn_layer *layer,
-                                    const problem *p, int clusters) {
-    vcattn_grouping plan = vcattn_layer_plan(layer, cfg);
-    if ((plan == VCATTN_GROUP_WARM || plan == VCATTN_GROUP_REUSE) &&
-        !vsmooth_layer_matches(layer, p->batch, p->hkv, p->nk, p->d, clusters)) {
-        /* Stored grouping is for another shape: regroup inside the window,
-         * run plain outside it. */
-        plan = vsmooth_in_window(layer, cfg) ? VCATTN_GROUP_COLD : VCATTN_GROUP_NONE;
-    }
-    return plan;
-}
-
 vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
                             const vcattn_tensor *q, const vcattn_tensor *k,
                             const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
@@ -300,7 +287,7 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
     const int threads = thread_count(cfg);
 
     int clusters = vsmooth_cluster_count(cfg, p.nk);
-    vcattn_grouping plan = resolve_plan(cfg, layer, &p, clusters);
+    vcattn_grouping plan = vsmooth_resolve_plan(cfg, layer, p.batch, p.hkv, p.nk, p.d, clusters);
     int groups = plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM;
 
     /* New grouping lands in fresh arrays and replaces the layer's only once

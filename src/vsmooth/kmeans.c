@@ -23,24 +23,31 @@ int vsmooth_cluster_count(const vcattn_config *cfg, int64_t nk) {
     return (int)(k < nk ? k : nk);
 }
 
-void vsmooth_init_centroids(const float *x, int64_t n, int64_t d, int k, uint64_t seed,
-                            uint64_t stream, float *centroids) {
+int vsmooth_init_rows(int64_t n, int k, uint64_t seed, uint64_t stream, int32_t *rows) {
     /* Partial Fisher-Yates over token indices: k distinct tokens. Sparse swap
      * bookkeeping would avoid the O(n) array; n int32 is cheap next to V. */
     int32_t *idx = malloc((size_t)n * sizeof *idx);
     uint64_t state = seed ^ (stream * 0xd1b54a32d192ed03ULL);
     if (!idx) {  /* degrade gracefully: evenly spaced tokens */
-        for (int c = 0; c < k; c++)
-            memcpy(centroids + (int64_t)c * d, x + (n * c / k) * d, (size_t)d * sizeof(float));
-        return;
+        for (int c = 0; c < k; c++) rows[c] = (int32_t)(n * c / k);
+        return 0;
     }
     for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)i;
     for (int c = 0; c < k; c++) {
         int64_t j = c + (int64_t)(splitmix64(&state) % (uint64_t)(n - c));
         int32_t t = idx[c]; idx[c] = idx[j]; idx[j] = t;
-        memcpy(centroids + (int64_t)c * d, x + (int64_t)idx[c] * d, (size_t)d * sizeof(float));
+        rows[c] = idx[c];
     }
     free(idx);
+    return 1;
+}
+
+void vsmooth_init_centroids(const float *x, int64_t n, int64_t d, int k, uint64_t seed,
+                            uint64_t stream, float *centroids) {
+    int32_t rows[4096];  /* k <= 4096, the config's limit */
+    vsmooth_init_rows(n, k, seed, stream, rows);
+    for (int c = 0; c < k; c++)
+        memcpy(centroids + (int64_t)c * d, x + (int64_t)rows[c] * d, (size_t)d * sizeof(float));
 }
 
 static void assign(const float *x, int64_t n, int64_t d, int k, const float *centroids,

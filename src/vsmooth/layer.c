@@ -63,6 +63,16 @@ int vsmooth_layer_matches(const vcattn_layer *l, int64_t batch, int64_t heads_kv
            l->tokens == tokens && l->head_dim == head_dim && l->clusters == clusters;
 }
 
+vcattn_grouping vsmooth_resolve_plan(const vcattn_config *cfg, const vcattn_layer *layer,
+                                     int64_t batch, int64_t heads_kv, int64_t tokens,
+                                     int64_t head_dim, int clusters) {
+    vcattn_grouping plan = vcattn_layer_plan(layer, cfg);
+    if ((plan == VCATTN_GROUP_WARM || plan == VCATTN_GROUP_REUSE) &&
+        !vsmooth_layer_matches(layer, batch, heads_kv, tokens, head_dim, clusters))
+        plan = vsmooth_in_window(layer, cfg) ? VCATTN_GROUP_COLD : VCATTN_GROUP_NONE;
+    return plan;
+}
+
 void vsmooth_layer_adopt(vcattn_layer *l, int64_t batch, int64_t heads_kv, int64_t tokens,
                          int64_t head_dim, int clusters, float *centroids, int32_t *perm) {
     vcattn_layer_reset(l);

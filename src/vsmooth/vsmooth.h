@@ -5,6 +5,10 @@
 
 #include "vcattn.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /*
  * Lloyd's k-means over n tokens of dimension d (rows of x, float32 [n][d]).
  * centroids [k][d] holds the initial centroids on entry and the final ones on
@@ -17,8 +21,13 @@
 void vsmooth_kmeans(const float *x, int64_t n, int64_t d, int k, int iters,
                     float *centroids, int32_t *labels);
 
-/* Cold-start centroids: k distinct tokens picked by a seeded Fisher-Yates
- * (splitmix64 of seed and stream), copied to centroids [k][d]. Needs k <= n. */
+/* Cold-start rows: k distinct token indices picked by a seeded Fisher-Yates
+ * (splitmix64 of seed and stream) into rows[k]. Needs k <= n. Returns 0 when
+ * out of memory (rows are then evenly spaced tokens). */
+int vsmooth_init_rows(int64_t n, int k, uint64_t seed, uint64_t stream, int32_t *rows);
+
+/* Cold-start centroids: the rows vsmooth_init_rows picks, copied to
+ * centroids [k][d]. */
 void vsmooth_init_centroids(const float *x, int64_t n, int64_t d, int k, uint64_t seed,
                             uint64_t stream, float *centroids);
 
@@ -57,8 +66,17 @@ int vsmooth_in_window(const vcattn_layer *layer, const vcattn_config *cfg);
 /* Whether the stored grouping fits this shape and cluster count. */
 int vsmooth_layer_matches(const vcattn_layer *layer, int64_t batch, int64_t heads_kv,
                           int64_t tokens, int64_t head_dim, int clusters);
+/* What a call of this shape does for V-Smooth: the layer's plan, except that a
+ * stored grouping for another shape is not reused (regroup cold inside the
+ * window, run plain outside it). */
+vcattn_grouping vsmooth_resolve_plan(const vcattn_config *cfg, const vcattn_layer *layer,
+                                     int64_t batch, int64_t heads_kv, int64_t tokens,
+                                     int64_t head_dim, int clusters);
 /* Replaces the stored grouping by these arrays (the layer takes ownership). */
 void vsmooth_layer_adopt(vcattn_layer *layer, int64_t batch, int64_t heads_kv, int64_t tokens,
                          int64_t head_dim, int clusters, float *centroids, int32_t *perm);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,0 +1,62 @@
+// Launchers of the CUDA backend's preprocessing kernels (quantize.cu,
+// kmeans.cu). All run on `stream`, are deterministic, and report non-finite
+// inputs by setting *error_flag (when check_finite) instead of failing.
+#pragma once
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+// A caller tensor on the device: element (b, h, n, c) at data + b*sb + h*sh + n*sn + c.
+struct dev_tensor {
+    const void *data;
+    int dtype;  // vcattn_dtype
+    int64_t sb, sh, sn;
+};
+
+struct dev_rope {
+    const float *cos_tab, *sin_tab;  // [N][D/2], or NULL for no rotation
+    int half_split;                  // VCATTN_ROPE_HALF_SPLIT
+};
+
+struct quant_common {
+    int batch, heads, tokens, head_dim;
+    int check_finite;
+    int *error_flag;
+};
+
+// K channel means after RoPE, over all keys of each (batch, head): mean [B*H][D].
+cudaError_t k_channel_mean(const dev_tensor &k, const dev_rope &rope, const quant_common &c,
+                           double *partials, float *mean, cudaStream_t stream);
+size_t k_channel_mean_partials(int batch, int heads, int tokens, int head_dim);  // doubles
+
+// K: RoPE, gather by perm (may be NULL), minus mean (may be NULL), Hadamard,
+// INT8 per tile and lane group, in the tile layout of operand_layout.h.
+cudaError_t quantize_k(const dev_tensor &k, const dev_rope &rope, const quant_common &c,
+                       const int32_t *perm, const float *mean, int hadamard, float hadamard_scale,
+                       int8_t *codes, float *scales, cudaStream_t stream);
+
+// Q: RoPE, LSE shift sm_scale * q.kmean (when kmean), Hadamard, INT8 per token.
+cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_common &c,
+                       int heads_kv, const float *kmean, float sm_scale, int hadamard,
+                       float hadamard_scale, int8_t *codes, float *scales, float *lse_shift,
+                       cudaStream_t stream);
+
+// V: gather by perm (may be NULL), block means (when demean), per-channel E4M3
+// residual written transposed with the block means. Workspace: T*D floats x 2.
+cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean,
+                       float *tile_mean, float *tile_amax, float *chan_inv, float *chan_mul,
+                       uint8_t *records, cudaStream_t stream);
+
+// k-means over the value tokens of each (batch, head), then the stable
+// counting sort of the labels. centroids [B*H][k][D] hold the start on entry.
+struct kmeans_workspace {
+    float *norms;         // [B*H][k]
+    int32_t *labels;      // [B*H][N]
+    double *sums;         // [B*H][chunks][k][D]
+    int32_t *counts;      // [B*H][chunks][k]
+};
+size_t kmeans_chunks(int tokens);
+cudaError_t kmeans_gather_rows(const dev_tensor &v, const quant_common &c, int clusters,
+                               const int32_t *rows, float *centroids, cudaStream_t stream);
+cudaError_t kmeans_group(const dev_tensor &v, const quant_common &c, int clusters, int iters,
+                         float *centroids, const kmeans_workspace &w, int32_t *perm,
+                         cudaStream_t stream);

@@ -1,0 +1,27 @@
+// The sm_90a attention kernel's interface: quantized operands in the layout
+// of operand_layout.h in, the caller's output (and LSE) out.
+#pragma once
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+struct vc_attention_params {
+    const int8_t *q;          // [B][Hq][QT][64 x D]
+    const float *q_mul;       // [B][Hq][QT*64]
+    const int8_t *k;          // [B][Hkv][T][128 x D]
+    const float *k_mul;       // [B][Hkv][T][4]
+    const uint8_t *v;         // [B][Hkv][T] records
+    const float *v_mul;       // [B][Hkv][D]
+    const float *lse_shift;   // [B][Hq][Nq], or NULL (no K smoothing)
+    void *out;                // element (b, h, n, c) at out + b*sb + h*sh + n*sn + c
+    int out_dtype;            // vcattn_dtype
+    int64_t out_sb, out_sh, out_sn;  // in elements
+    float *lse;               // [B][Hq][Nq] natural log, or NULL
+    const int *error_flag;    // set by the quantizers on bad input: write nothing
+    int batch, heads_q, heads_kv, nq, nk, q_tiles, kv_tiles;
+    float score_mul;          // sm_scale * log2(e)
+    float expcast_bias;       // 120 + beta
+};
+
+// variant: expcast (ExpCast-FP8) or exp-then-cast; vsmooth: restore block means.
+cudaError_t vc_attention_sm90(const vc_attention_params &p, int head_dim, bool expcast,
+                              bool vsmooth, cudaStream_t stream);

@@ -1,0 +1,347 @@
+/* The CUDA backend against the CPU backend (the oracle), on the GPU.
+ * Skips (exit 77, with the reason) where no sm_90 GPU is usable, as in CI.
+ *
+ * Per shape and method (sage2, vsmooth, vc): the GPU output's error to the
+ * FP64 reference is within twice the CPU emulation's plus a small atol, the
+ * GPU and CPU outputs agree far more closely than either agrees with the
+ * reference, LSE agrees, no NaN, guard words around the output untouched,
+ * repeated runs bit-identical. Shapes cover tails (N = 1, 17, 127, 129, 1000,
+ * 4097), Nq != Nk, B = 2, GQA, the [B,N,H,D] layout, strided views, fp16/bf16
+ * inputs and outputs, RoPE and the Hadamard. Then the layer schedule (same
+ * permutation as the CPU), device-resident tensors, and bad input. */
+#include "testlib.h"
+#include "vcattn.h"
+#include "cpu/reference.h"
+#include "formats/formats.h"
+#include "vsmooth/vsmooth.h"
+
+#include <string.h>
+#ifdef VCATTN_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#define GUARD 64
+#define GUARD_WORD 0x5aa5f00du
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static double urand(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+static float nrand(void) {
+    double u = urand() + 1e-12, v = urand();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+typedef struct {
+    const char *name;
+    int64_t b, hq, hkv, nq, nk, d;
+    int nhd;            /* [B,N,H,D] layout */
+    int pad;            /* extra elements per row: a strided (non-contiguous) view */
+    vcattn_dtype dtype; /* inputs and output */
+    int rope;
+    const char *method;
+} shape_t;
+
+/* Fills a view's elements: per-head V clusters (so grouping matters), K offsets. */
+static void *make_tensor(const shape_t *s, int64_t heads, int64_t n, int kind, vcattn_tensor *t) {
+    int64_t row = s->d + s->pad;
+    size_t count = (size_t)(s->b * heads * n * row);
+    size_t es = s->dtype == VCATTN_DTYPE_F32 ? 4 : 2;
+    void *data = calloc(count, es);
+    if (s->nhd) {
+        *t = vcattn_tensor_bnhd(data, s->dtype, s->b, heads, n, s->d);
+        t->stride_token = heads * row; t->stride_head = row; t->stride_batch = n * heads * row;
+    } else {
+        *t = vcattn_tensor_bhnd(data, s->dtype, s->b, heads, n, s->d);
+        t->stride_token = row; t->stride_head = n * row; t->stride_batch = heads * n * row;
+    }
+    for (int64_t b = 0; b < s->b; b++)
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t i = 0; i < n; i++) {
+                int cluster = (int)(urand() * 4);
+                for (int64_t c = 0; c < s->d; c++) {
+                    float x = nrand();
+                    if (kind == 1) x += 0.5f + (c % 7 == 0 ? 3.0f : 0.0f);     /* K offsets */
+                    if (kind == 2) x = 0.6f * x + 1.5f * (float)((cluster * 7 + c) % 5 - 2); /* V */
+                    int64_t at = b * t->stride_batch + h * t->stride_head + i * t->stride_token + c;
+                    if (s->dtype == VCATTN_DTYPE_F32) ((float *)data)[at] = x;
+                    else if (s->dtype == VCATTN_DTYPE_F16) ((uint16_t *)data)[at] = vcattn_f32_to_f16(x);
+                    else ((uint16_t *)data)[at] = vcattn_f32_to_bf16(x);
+                }
+            }
+    return data;
+}
+
+typedef struct {
+    vcattn_tensor q, k, v;
+    void *qd, *kd, *vd;
+    float *cos_q, *sin_q, *cos_k, *sin_k;
+    vcattn_rope rope;
+} inputs_t;
+
+static void make_inputs(const shape_t *s, inputs_t *in) {
+    in->qd = make_tensor(s, s->hq, s->nq, 0, &in->q);
+    in->kd = make_tensor(s, s->hkv, s->nk, 1, &in->k);
+    in->vd = make_tensor(s, s->hkv, s->nk, 2, &in->v);
+    int64_t half = s->d / 2, n = s->nq > s->nk ? s->nq : s->nk;
+    in->cos_q = malloc((size_t)(n * half) * sizeof(float));
+    in->sin_q = malloc((size_t)(n * half) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < half; j++) {
+            double th = (double)i * pow(10000.0, -2.0 * (double)j / (double)s->d);
+            in->cos_q[i * half + j] = (float)cos(th);
+            in->sin_q[i * half + j] = (float)sin(th);
+        }
+    in->cos_k = in->cos_q; in->sin_k = in->sin_q;
+    in->rope = (vcattn_rope){VCATTN_ROPE_INTERLEAVED, in->cos_q, in->sin_q, in->cos_k, in->sin_k};
+}
+
+static void free_inputs(inputs_t *in) {
+    free(in->qd); free(in->kd); free(in->vd); free(in->cos_q); free(in->sin_q);
+}
+
+/* Output as float [B][Hq][Nq][D] in a guarded buffer of the shape's dtype/layout. */
+typedef struct {
+    vcattn_tensor t;
+    uint32_t *raw;   /* GUARD words, data, GUARD words */
+    size_t words;
+    float *lse;
+} output_t;
+
+static void make_output(const shape_t *s, output_t *o) {
+    size_t es = s->dtype == VCATTN_DTYPE_F32 ? 4 : 2;
+    int64_t row = s->d + s->pad;
+    size_t bytes = (size_t)(s->b * s->hq * s->nq * row) * es;
+    o->words = (bytes + 3) / 4;
+    o->raw = malloc((o->words + 2 * GUARD) * 4);
+    for (size_t i = 0; i < o->words + 2 * GUARD; i++) o->raw[i] = GUARD_WORD;
+    void *data = o->raw + GUARD;
+    if (s->nhd) {
+        o->t = vcattn_tensor_bnhd(data, s->dtype, s->b, s->hq, s->nq, s->d);
+        o->t.stride_token = s->hq * row; o->t.stride_head = row; o->t.stride_batch = s->nq * s->hq * row;
+    } else {
+        o->t = vcattn_tensor_bhnd(data, s->dtype, s->b, s->hq, s->nq, s->d);
+        o->t.stride_token = row; o->t.stride_head = s->nq * row; o->t.stride_batch = s->hq * s->nq * row;
+    }
+    o->lse = malloc((size_t)(s->b * s->hq * s->nq) * sizeof(float));
+}
+
+static int guards_intact(const output_t *o) {
+    for (size_t i = 0; i < GUARD; i++)
+        if (o->raw[i] != GUARD_WORD || o->raw[GUARD + o->words + i] != GUARD_WORD) return 0;
+    return 1;
+}
+
+static double out_get(const output_t *o, int64_t b, int64_t h, int64_t n, int64_t c) {
+    int64_t at = b * o->t.stride_batch + h * o->t.stride_head + n * o->t.stride_token + c;
+    if (o->t.dtype == VCATTN_DTYPE_F32) return ((const float *)o->t.data)[at];
+    uint16_t u = ((const uint16_t *)o->t.data)[at];
+    return o->t.dtype == VCATTN_DTYPE_F16 ? vcattn_f16_to_f32(u) : vcattn_bf16_to_f32(u);
+}
+
+/* sqrt(sum (a - b)^2) and sqrt(sum b^2) over every element; counts NaN. */
+static void compare(const shape_t *s, const output_t *a, const output_t *b, const double *ref,
+                    double *diff, double *norm, int *nans) {
+    double d2 = 0.0, n2 = 0.0;
+    *nans = 0;
+    for (int64_t bb = 0; bb < s->b; bb++)
+        for (int64_t h = 0; h < s->hq; h++)
+            for (int64_t n = 0; n < s->nq; n++)
+                for (int64_t c = 0; c < s->d; c++) {
+                    double x = out_get(a, bb, h, n, c);
+                    double y = ref ? ref[((bb * s->hq + h) * s->nq + n) * s->d + c] : out_get(b, bb, h, n, c);
+                    if (isnan(x)) (*nans)++;
+                    d2 += (x - y) * (x - y);
+                    n2 += y * y;
+                }
+    *diff = sqrt(d2);
+    *norm = sqrt(n2);
+}
+
+static vcattn_config method_config(const char *m) {
+    vcattn_config c;
+    vcattn_config_from_method(m, &c);
+    return c;
+}
+
+static void run_shape(vcattn_context *cpu, vcattn_context *gpu, const shape_t *s) {
+    inputs_t in;
+    make_inputs(s, &in);
+    vcattn_config cfg = method_config(s->method);
+    const vcattn_rope *rope = s->rope ? &in.rope : NULL;
+    output_t oc, og, og2;
+    make_output(s, &oc); make_output(s, &og); make_output(s, &og2);
+    size_t rows = (size_t)(s->b * s->hq * s->nq);
+    double *ref = malloc(rows * (size_t)s->d * sizeof(double)), *ref_lse = malloc(rows * sizeof(double));
+
+    vcattn_status sc = vcattn_attention(cpu, &cfg, &in.q, &in.k, &in.v, &oc.t, oc.lse, rope, NULL);
+    vcattn_status sg = vcattn_attention(gpu, &cfg, &in.q, &in.k, &in.v, &og.t, og.lse, rope, NULL);
+    vcattn_status sg2 = vcattn_attention(gpu, &cfg, &in.q, &in.k, &in.v, &og2.t, og2.lse, rope, NULL);
+    CHECK(sc == VCATTN_OK && sg == VCATTN_OK && sg2 == VCATTN_OK, "%s: cpu %d gpu %d/%d: %s", s->name,
+          sc, sg, sg2, vcattn_last_error(gpu));
+    if (sc || sg || sg2) goto done;
+    vcattn_reference_attention(&in.q, &in.k, &in.v, rope, cfg.sm_scale, ref, ref_lse);
+
+    double dc, dg, dgc, nref, ncpu;
+    int nan_c, nan_g, nan_x;
+    compare(s, &oc, NULL, ref, &dc, &nref, &nan_c);
+    compare(s, &og, NULL, ref, &dg, &nref, &nan_g);
+    compare(s, &og, &oc, NULL, &dgc, &ncpu, &nan_x);
+    double err_cpu = dc / nref, err_gpu = dg / nref, gpu_cpu = dgc / ncpu;
+    printf("%-34s %-8s cpu %.4e gpu %.4e |gpu-cpu| %.2e\n", s->name, s->method, err_cpu, err_gpu, gpu_cpu);
+    CHECK(nan_g == 0 && nan_c == 0, "%s: %d NaN in the GPU output", s->name, nan_g);
+    CHECK(err_gpu <= 2.0 * err_cpu + 1e-3, "%s %s: GPU error %.4e vs CPU %.4e", s->name, s->method,
+          err_gpu, err_cpu);
+    CHECK(gpu_cpu <= 0.25 * err_cpu + 1e-3, "%s %s: GPU-CPU difference %.4e vs CPU error %.4e",
+          s->name, s->method, gpu_cpu, err_cpu);
+    CHECK(guards_intact(&og), "%s: guard words around the GPU output changed", s->name);
+    CHECK(memcmp(og.raw, og2.raw, (og.words + 2 * GUARD) * 4) == 0 &&
+          memcmp(og.lse, og2.lse, rows * sizeof(float)) == 0, "%s: two GPU runs differ", s->name);
+    double lse_err = 0.0;
+    for (size_t i = 0; i < rows; i++) lse_err = fmax(lse_err, fabs((double)og.lse[i] - oc.lse[i]));
+    CHECK(lse_err < 2e-3, "%s: LSE differs from the CPU's by %.3e", s->name, lse_err);
+done:
+    free(ref); free(ref_lse);
+    free(oc.raw); free(og.raw); free(og2.raw); free(oc.lse); free(og.lse); free(og2.lse);
+    free_inputs(&in);
+}
+
+/* Ten steps of one layer on both backends: same schedule, same permutation. */
+static void run_schedule(vcattn_context *cpu, vcattn_context *gpu) {
+    shape_t s = {"schedule", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc"};
+    inputs_t in;
+    make_inputs(&s, &in);
+    vcattn_config cfg = method_config("vc");
+    vcattn_layer *lc, *lg;
+    vcattn_layer_create(&lc, 8);
+    vcattn_layer_create(&lg, 8);
+    output_t oc, og;
+    make_output(&s, &oc); make_output(&s, &og);
+    int64_t mismatch = 0, compared = 0;
+    for (int step = 0; step < 8; step++) {
+        vcattn_layer_set_step(lc, step);
+        vcattn_layer_set_step(lg, step);
+        vcattn_status a = vcattn_attention(cpu, &cfg, &in.q, &in.k, &in.v, &oc.t, NULL, &in.rope, lc);
+        vcattn_status b = vcattn_attention(gpu, &cfg, &in.q, &in.k, &in.v, &og.t, NULL, &in.rope, lg);
+        CHECK(a == VCATTN_OK && b == VCATTN_OK, "schedule step %d: %s", step, vcattn_last_error(gpu));
+        CHECK(lc->has_grouping == lg->has_grouping, "schedule step %d: grouping state differs", step);
+        if (lc->has_grouping && lg->has_grouping) {
+            for (int64_t i = 0; i < lc->batch * lc->heads_kv * lc->tokens; i++)
+                mismatch += lc->perm[i] != lg->perm[i];
+            compared += lc->batch * lc->heads_kv * lc->tokens;
+        }
+    }
+    printf("schedule: %lld of %lld permutation entries differ between CPU and GPU\n",
+           (long long)mismatch, (long long)compared);
+    CHECK(compared > 0 && mismatch * 100 <= compared, "permutations differ in %lld of %lld places",
+          (long long)mismatch, (long long)compared);
+    vcattn_layer_destroy(lc);
+    vcattn_layer_destroy(lg);
+    free(oc.raw); free(og.raw); free(oc.lse); free(og.lse);
+    free_inputs(&in);
+}
+
+static void run_bad_input(vcattn_context *gpu) {
+    shape_t s = {"bad", 1, 2, 2, 200, 200, 128, 0, 0, VCATTN_DTYPE_F32, 0, "vc"};
+    inputs_t in;
+    make_inputs(&s, &in);
+    output_t o;
+    make_output(&s, &o);
+    vcattn_config cfg = method_config("vc");
+
+    ((float *)in.vd)[12345] = NAN;
+    vcattn_status st = vcattn_attention(gpu, &cfg, &in.q, &in.k, &in.v, &o.t, o.lse, NULL, NULL);
+    CHECK(st == VCATTN_ERR_NONFINITE_INPUT, "NaN in v: status %d (%s)", st, vcattn_last_error(gpu));
+    int untouched = guards_intact(&o);
+    for (size_t i = 0; i < o.words; i++) untouched &= o.raw[GUARD + i] == GUARD_WORD;
+    CHECK(untouched, "NaN input: the output was written");
+    ((float *)in.vd)[12345] = 0.0f;
+
+    vcattn_config fp4 = method_config("sage3-4bit");
+    st = vcattn_attention(gpu, &fp4, &in.q, &in.k, &in.v, &o.t, NULL, NULL, NULL);
+    CHECK(st == VCATTN_ERR_UNSUPPORTED_CONFIG && strstr(vcattn_last_error(gpu), "sage2"),
+          "NVFP4 on the GPU: status %d (%s)", st, vcattn_last_error(gpu));
+
+    vcattn_tensor q96 = in.q, k96 = in.k, v96 = in.v, o96 = o.t;
+    q96.head_dim = k96.head_dim = v96.head_dim = o96.head_dim = 96;
+    st = vcattn_attention(gpu, &cfg, &q96, &k96, &v96, &o96, NULL, NULL, NULL);
+    CHECK(st == VCATTN_ERR_UNSUPPORTED_HEAD_DIM && strstr(vcattn_last_error(gpu), "64 and 128"),
+          "D=96 on the GPU: status %d (%s)", st, vcattn_last_error(gpu));
+
+    vcattn_tensor odd = in.q;
+    odd.data = (char *)in.qd + 1;
+    st = vcattn_attention(gpu, &cfg, &odd, &in.k, &in.v, &o.t, NULL, NULL, NULL);
+    CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && strstr(vcattn_last_error(gpu), "aligned"),
+          "misaligned q: status %d (%s)", st, vcattn_last_error(gpu));
+    free(o.raw); free(o.lse);
+    free_inputs(&in);
+}
+
+#ifdef VCATTN_WITH_CUDA
+/* Tensors already on the GPU are used in place: same bits as the staged path. */
+static void run_device_resident(vcattn_context *gpu) {
+    shape_t s = {"device", 2, 4, 4, 300, 500, 64, 0, 0, VCATTN_DTYPE_BF16, 0, "vc"};
+    inputs_t in;
+    make_inputs(&s, &in);
+    output_t host_out, dev_back;
+    make_output(&s, &host_out); make_output(&s, &dev_back);
+    vcattn_config cfg = method_config("vc");
+    size_t qb = (size_t)(s.b * s.hq * s.nq * s.d) * 2, kb = (size_t)(s.b * s.hkv * s.nk * s.d) * 2;
+    void *dq, *dk, *dv, *dout;
+    cudaMalloc(&dq, qb); cudaMalloc(&dk, kb); cudaMalloc(&dv, kb); cudaMalloc(&dout, qb);
+    cudaMemcpy(dq, in.qd, qb, cudaMemcpyHostToDevice);
+    cudaMemcpy(dk, in.kd, kb, cudaMemcpyHostToDevice);
+    cudaMemcpy(dv, in.vd, kb, cudaMemcpyHostToDevice);
+    vcattn_tensor tq = in.q, tk = in.k, tv = in.v, to = host_out.t;
+    tq.data = dq; tk.data = dk; tv.data = dv; to.data = dout;
+    vcattn_status a = vcattn_attention(gpu, &cfg, &in.q, &in.k, &in.v, &host_out.t, NULL, NULL, NULL);
+    vcattn_status b = vcattn_attention(gpu, &cfg, &tq, &tk, &tv, &to, NULL, NULL, NULL);
+    CHECK(a == VCATTN_OK && b == VCATTN_OK, "device-resident call: %s", vcattn_last_error(gpu));
+    cudaMemcpy(dev_back.t.data, dout, qb, cudaMemcpyDeviceToHost);
+    CHECK(memcmp(host_out.t.data, dev_back.t.data, qb) == 0, "device-resident output differs from staged");
+    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout);
+    free(host_out.raw); free(dev_back.raw); free(host_out.lse); free(dev_back.lse);
+    free_inputs(&in);
+}
+#endif
+
+int main(void) {
+    const char *why = "";
+    if (!vcattn_backend_available(VCATTN_BACKEND_CUDA, &why)) {
+        printf("test_cuda: SKIPPED, no usable GPU: %s\n", why);
+        return 77;
+    }
+    vcattn_context *cpu, *gpu;
+    vcattn_create(&cpu, VCATTN_BACKEND_CPU);
+    vcattn_create(&gpu, VCATTN_BACKEND_CUDA);
+    static const shape_t shapes[] = {
+        {"N=1", 1, 2, 2, 1, 1, 128, 0, 0, VCATTN_DTYPE_F32, 0, NULL},
+        {"N=17", 1, 2, 2, 17, 17, 128, 0, 0, VCATTN_DTYPE_F32, 0, NULL},
+        {"N=127 rope", 1, 2, 2, 127, 127, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL},
+        {"N=128", 1, 2, 2, 128, 128, 128, 0, 0, VCATTN_DTYPE_F32, 0, NULL},
+        {"N=129 fp16", 1, 2, 2, 129, 129, 128, 0, 0, VCATTN_DTYPE_F16, 0, NULL},
+        {"Nq=1000 Nk=4097 rope", 1, 2, 2, 1000, 4097, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL},
+        {"B=2 GQA 8/2 NHD", 2, 8, 2, 700, 900, 128, 1, 0, VCATTN_DTYPE_BF16, 1, NULL},
+        {"strided rows", 1, 3, 3, 640, 333, 128, 0, 8, VCATTN_DTYPE_BF16, 0, NULL},
+        {"D=64 B=2 NHD", 2, 4, 4, 1000, 1000, 64, 1, 0, VCATTN_DTYPE_BF16, 1, NULL},
+        {"D=64 N=17", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, NULL},
+    };
+    static const char *const methods[] = {"sage2", "vsmooth", "vc"};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (size_t m = 0; m < 3; m++) {
+            shape_t s = shapes[i];
+            s.method = methods[m];
+            run_shape(cpu, gpu, &s);
+        }
+    shape_t had = {"hadamard", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+hadamard"};
+    run_shape(cpu, gpu, &had);
+    run_schedule(cpu, gpu);
+    run_bad_input(gpu);
+#ifdef VCATTN_WITH_CUDA
+    run_device_resident(gpu);
+#endif
+    vcattn_destroy(cpu);
+    vcattn_destroy(gpu);
+    return tl_finish("test_cuda");
+}
