@@ -48,7 +48,7 @@ size_t tensor_extent(const vcattn_tensor *t) {
 struct call_state {
     vcattn_context *ctx;
     cudaStream_t stream;
-    void *staged[8];
+    void *staged[12];  // q, k, v, out, lse, 4 rope tables
     int nstaged;
     char *work;
     size_t work_used;
@@ -149,8 +149,9 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     const int grouped = plan != VCATTN_GROUP_NONE, regroup = plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM;
     vcattn_status st = check_supported(ctx, cfg, D, clusters, plan);
     if (st) return st;
-    if (Nq > INT32_MAX / 2 || Nk > INT32_MAX / 2)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "cuda backend: sequences longer than 2^30 tokens");
+    if (Nq > INT32_MAX / 2 || Nk > INT32_MAX / 2 || Hq > 65535 || B > 65535)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "cuda backend: at most 2^30 tokens, 65535 heads and 65535 batch entries");
 
     call_state cs = {};
     cs.ctx = ctx;
@@ -279,6 +280,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     p.error_flag = cfg->check_finite ? flag : nullptr;
     p.batch = (int)B; p.heads_q = (int)Hq; p.heads_kv = (int)Hkv; p.nq = (int)Nq; p.nk = (int)Nk;
     p.q_tiles = QT; p.kv_tiles = T;
+    p.kv_group_mul = ((1ull << 32) + (uint64_t)(Hq / Hkv) - 1) / (uint64_t)(Hq / Hkv);  // exact for heads < 2^16
     p.score_mul = sm_scale * 1.4426950408889634f;
     p.expcast_bias = 120.0f + cfg->expcast_beta;
     if ((err = vc_attention_sm90(p, (int)D, cfg->p_format == VCATTN_P_FP8_EXPCAST, grouped, cs.stream)))

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads, 2) vc_attention_kernel(const __grid_
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-    const int head_kv = head / (p.heads_q / p.heads_kv);
+    const int head_kv = (int)(((uint64_t)head * p.kv_group_mul) >> 32);  // no integer division (I2F/F2I)
     const int64_t q_head = (int64_t)batch * p.heads_q + head;
     const int64_t kv_head = (int64_t)batch * p.heads_kv + head_kv;
     const int T = p.kv_tiles;

@@ -18,6 +18,7 @@ struct vc_attention_params {
     float *lse;               // [B][Hq][Nq] natural log, or NULL
     const int *error_flag;    // set by the quantizers on bad input: write nothing
     int batch, heads_q, heads_kv, nq, nk, q_tiles, kv_tiles;
+    uint64_t kv_group_mul;    // ceil(2^32 / (heads_q / heads_kv)): kv head = (head * mul) >> 32
     float score_mul;          // sm_scale * log2(e)
     float expcast_bias;       // 120 + beta
 };

@@ -1,0 +1,184 @@
+"""Attention speed on the GPU: vcattn against the peers timed in the same
+process (torch SDPA with the cuDNN and flash backends in BF16; SageAttention2
+when importable). Effective TFLOP/s = 4 B H Nq Nk D / t; medians of CUDA-event
+timings after warm-up. Inputs are far larger than the 60 MB L2 at every shape,
+so no input rotation is needed for the long sequences.
+
+Columns: vc kernel = the attention kernel alone (its CUPTI duration from the
+torch profiler, quantized inputs ready); vc call = the whole call on a plain
+step (grouping reused: quantization + attention); grouping = a call that runs
+k-means from the previous centroids (warm, 5 iterations).
+
+    python bench/bench_attention.py [--shapes wan,longcat,...] [--json F] [--reps N]
+"""
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from vcattn import _capi  # noqa: E402
+
+SHAPES = {  # name: (B, H, N, D)
+    "wan2.2-720p": (1, 40, 75600, 128),
+    "longcat-480p": (1, 32, 37400, 128),
+    "hunyuan-720p": (1, 16, 111700, 128),
+    "seq-32k": (1, 32, 32768, 128),
+    "d64-32k": (1, 32, 32768, 64),
+}
+
+
+def tflops(shape, ms):
+    b, h, n, d = shape
+    return 4.0 * b * h * n * n * d / (ms * 1e-3) / 1e12
+
+
+def time_ms(fn, reps, warmup=1):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+class Vcattn:
+    def __init__(self, lib_path=None):
+        self.lib = _capi.load(lib_path)
+        self.ctx = ctypes.c_void_p()
+        st = self.lib.vcattn_create(ctypes.byref(self.ctx), _capi.BACKEND_CUDA)
+        if st:
+            raise RuntimeError("vcattn: no CUDA context (status %d)" % st)
+
+    def view(self, t):
+        b, h, n, d = t.shape
+        s = t.stride()
+        dt = {torch.bfloat16: _capi.BF16, torch.float16: _capi.F16, torch.float32: _capi.F32}[t.dtype]
+        return _capi.Tensor(t.data_ptr(), dt, b, h, n, d, s[0], s[1], s[2])
+
+    def config(self, method, check_finite=0):
+        cfg = _capi.Config()
+        if self.lib.vcattn_config_from_method(method.encode(), ctypes.byref(cfg)):
+            raise ValueError(method)
+        cfg.check_finite = check_finite
+        return cfg
+
+    def layer(self, steps=40):
+        layer = ctypes.c_void_p()
+        self.lib.vcattn_layer_create(ctypes.byref(layer), steps)
+        return layer
+
+    def __call__(self, q, k, v, out, cfg, layer=None):
+        self.lib.vcattn_set_cuda_stream(self.ctx, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        tq, tk, tv, to = self.view(q), self.view(k), self.view(v), self.view(out)
+        st = self.lib.vcattn_attention(self.ctx, ctypes.byref(cfg), ctypes.byref(tq), ctypes.byref(tk),
+                                       ctypes.byref(tv), ctypes.byref(to), None, None, layer)
+        if st:
+            raise RuntimeError(self.lib.vcattn_last_error(self.ctx).decode())
+
+
+def kernel_ms(fn, reps, name="vc_attention_kernel"):
+    """Median CUPTI duration of the kernels whose name contains `name`."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    times = [e.device_time / 1e3 for e in prof.events() if name in e.name and e.device_time > 0]
+    other = [e for e in prof.events() if e.device_time > 0 and name not in e.name]
+    pre = {}
+    for e in other:
+        pre.setdefault(e.name.split("(")[0][:60], []).append(e.device_time / 1e3)
+    return (statistics.median(times) if times else float("nan")), {k: sum(v) / reps for k, v in pre.items()}
+
+
+def bench_shape(vc, name, shape, reps):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    b, h, n, d = shape
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out = torch.empty_like(q)
+    row = {"shape": name, "B": b, "H": h, "N": n, "D": d}
+
+    def sdpa(backend):
+        with sdpa_kernel([backend]):
+            return time_ms(lambda: F.scaled_dot_product_attention(q, k, v), reps)
+    for label, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            row[label + "_ms"] = sdpa(backend)
+        except RuntimeError as e:
+            row[label + "_ms"] = None
+            print("  %s unavailable: %s" % (label, str(e).splitlines()[0]), file=sys.stderr)
+    try:
+        from sageattention import sageattn
+        row["sage2_ms"] = time_ms(lambda: sageattn(q, k, v, tensor_layout="HND"), reps)
+    except ImportError:
+        row["sage2_ms"] = None
+
+    cfg = vc.config("vc")
+    layer = vc.layer(40)
+    vc(q, k, v, out, cfg, layer)                 # step 0: cold grouping
+    vc.lib.vcattn_layer_set_step(layer, 1)       # plain step: permutation reused
+    row["vc_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
+    row["vc_kernel_ms"], row["vc_preprocess_ms"] = kernel_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
+
+    def warm_group():
+        vc.lib.vcattn_layer_set_step(layer, 4)   # in the window, refresh step: warm k-means
+        vc(q, k, v, out, cfg, layer)
+    row["vc_grouping_ms"] = time_ms(warm_group, max(2, reps // 2))
+    cfg2 = vc.config("sage2")
+    row["sage2_ours_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg2), reps)
+    vc.lib.vcattn_layer_destroy(layer)
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--lib", default=None)
+    args = ap.parse_args()
+    vc = Vcattn(args.lib)
+    rows = []
+    for name in args.shapes.split(","):
+        print("bench %s ..." % name, file=sys.stderr)
+        rows.append(bench_shape(vc, name, SHAPES[name], args.reps))
+        torch.cuda.empty_cache()
+    print("TFLOP/s (ratio to cuDNN BF16), medians of %d runs" % args.reps)
+    print("%-14s %12s %12s %12s %12s %12s %12s" % ("shape", "cuDNN", "flash", "vc kernel", "vc call",
+                                                  "grouping", "sage2*"))
+    for r in rows:
+        shape = (r["B"], r["H"], r["N"], r["D"])
+        base = r["cudnn_ms"]
+
+        def cell(ms):
+            if ms is None or ms != ms:
+                return "%12s" % "-"
+            return "%5.0f (%.2fx)" % (tflops(shape, ms), base / ms if base else float("nan"))
+        print("%-14s %s %s %s %s %s %s" % (r["shape"], cell(r["cudnn_ms"]), cell(r["flash_ms"]),
+                                            cell(r["vc_kernel_ms"]), cell(r["vc_call_ms"]),
+                                            cell(r["vc_grouping_ms"]), cell(r["sage2_ours_call_ms"])))
+    print("sage2* = our sage2 variant (exp-then-cast, no V-Smooth); SageAttention2 itself: %s" %
+          ("timed (sage2_ms)" if any(r["sage2_ms"] for r in rows) else "not importable here"))
+    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
+            "vcattn": vc.lib.vcattn_version_string().decode()}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""vcattn: VC-Attention for video diffusion transformers (ctypes binding in _capi)."""

@@ -1,0 +1,58 @@
+"""ctypes mirror of include/vcattn.h: the structs, enums and calls the Python
+side uses. Field order and types must follow the header exactly."""
+import ctypes
+import os
+
+F32, F16, BF16 = 0, 1, 2
+BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA = 0, 1, 2
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int),
+                ("batch", ctypes.c_int64), ("heads", ctypes.c_int64),
+                ("tokens", ctypes.c_int64), ("head_dim", ctypes.c_int64),
+                ("stride_batch", ctypes.c_int64), ("stride_head", ctypes.c_int64),
+                ("stride_token", ctypes.c_int64)]
+
+
+class Config(ctypes.Structure):
+    _fields_ = [("qk_format", ctypes.c_int), ("k_smoothing", ctypes.c_int),
+                ("hadamard", ctypes.c_int), ("sm_scale", ctypes.c_float),
+                ("p_format", ctypes.c_int), ("expcast_beta", ctypes.c_float),
+                ("v_format", ctypes.c_int), ("vsmooth", ctypes.c_int),
+                ("kmeans_clusters", ctypes.c_int), ("kmeans_iters", ctypes.c_int),
+                ("kmeans_warm_iters", ctypes.c_int), ("kmeans_seed", ctypes.c_uint64),
+                ("group_window", ctypes.c_float), ("group_refresh", ctypes.c_int),
+                ("demean_outside_window", ctypes.c_int), ("check_finite", ctypes.c_int),
+                ("num_threads", ctypes.c_int)]
+
+
+def find_library():
+    """libvcattn.so from $VCATTN_LIB or the usual build folders."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    candidates = [os.environ.get("VCATTN_LIB", "")]
+    candidates += [os.path.join(root, b, "libvcattn.so") for b in ("build-dev", "build")]
+    for path in candidates:
+        if path and os.path.exists(path):
+            return path
+    raise OSError("libvcattn.so not found: build it (make) or set VCATTN_LIB")
+
+
+def load(path=None):
+    lib = ctypes.CDLL(path or find_library())
+    vp, i32 = ctypes.c_void_p, ctypes.c_int
+    lib.vcattn_create.argtypes = [ctypes.POINTER(vp), i32]
+    lib.vcattn_destroy.argtypes = [vp]
+    lib.vcattn_last_error.argtypes = [vp]
+    lib.vcattn_last_error.restype = ctypes.c_char_p
+    lib.vcattn_set_cuda_stream.argtypes = [vp, vp]
+    lib.vcattn_config_from_method.argtypes = [ctypes.c_char_p, ctypes.POINTER(Config)]
+    lib.vcattn_layer_create.argtypes = [ctypes.POINTER(vp), i32]
+    lib.vcattn_layer_destroy.argtypes = [vp]
+    lib.vcattn_layer_set_step.argtypes = [vp, i32]
+    lib.vcattn_attention.argtypes = [vp, ctypes.POINTER(Config), ctypes.POINTER(Tensor),
+                                     ctypes.POINTER(Tensor), ctypes.POINTER(Tensor),
+                                     ctypes.POINTER(Tensor), vp, vp, vp]
+    lib.vcattn_version_string.restype = ctypes.c_char_p
+    return lib
