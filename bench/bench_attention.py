@@ -99,7 +99,8 @@ def kernel_ms(fn, reps, name="vc_attention_kernel"):
     other = [e for e in prof.events() if e.device_time > 0 and name not in e.name]
     pre = {}
     for e in other:
-        pre.setdefault(e.name.split("(")[0][:60], []).append(e.device_time / 1e3)
+        short = e.name.split("(")[0].split("<")[0].replace("void ", "").split("::")[-1]
+        pre.setdefault(short, []).append(e.device_time / 1e3)
     return (statistics.median(times) if times else float("nan")), {k: sum(v) / reps for k, v in pre.items()}
 
 

@@ -137,6 +137,27 @@ vcattn_status check_supported(vcattn_context *ctx, const vcattn_config *cfg, int
     return VCATTN_OK;
 }
 
+void release_device_perm(void *p) { cudaFree(p); }
+
+// The layer's permutation on this device: its cached copy, or uploaded once
+// and cached. NULL (and err set) on failure.
+const int32_t *layer_device_perm(vcattn_layer *layer, size_t count, int device, cudaStream_t stream,
+                                 cudaError_t *err) {
+    if (layer->device_perm && layer->device_perm_device == device) return (const int32_t *)layer->device_perm;
+    if (layer->device_perm) layer->release_device_perm(layer->device_perm);
+    layer->device_perm = nullptr;
+    void *p = nullptr;
+    if ((*err = cudaMalloc(&p, count * 4)) != cudaSuccess) return nullptr;
+    if ((*err = cudaMemcpyAsync(p, layer->perm, count * 4, cudaMemcpyHostToDevice, stream)) != cudaSuccess) {
+        cudaFree(p);
+        return nullptr;
+    }
+    layer->device_perm = p;
+    layer->device_perm_device = device;
+    layer->release_device_perm = release_device_perm;
+    return (const int32_t *)p;
+}
+
 }  // namespace
 
 extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config *cfg,
@@ -193,7 +214,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     const size_t chunks = kmeans_chunks((int)Nk), mean_partials = k_channel_mean_partials((int)B, (int)Hkv, (int)Nk, (int)D);
     const size_t sizes[] = {
         sizeof(int), kvh * D * 4, mean_partials * 8,                         // flag, kmean, partials
-        grouped ? kvh * Nk * 4 : 0,                                           // perm
+        regroup ? kvh * Nk * 4 : 0,                                           // perm
         regroup ? kvh * clusters * D * 4 : 0, regroup ? kvh * clusters * 4 : 0,  // centroids, norms
         regroup ? kvh * Nk * 4 : 0, regroup ? kvh * chunks * clusters * D * 8 : 0,
         regroup ? kvh * chunks * clusters * 4 : 0, regroup ? kvh * clusters * 4 : 0,  // labels, sums, counts, rows
@@ -207,7 +228,8 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     int *flag = cs.take<int>(1);
     float *kmean = cs.take<float>(kvh * D);
     double *partials = cs.take<double>(mean_partials);
-    int32_t *perm = grouped ? cs.take<int32_t>(kvh * Nk) : nullptr;
+    int32_t *new_perm = regroup ? cs.take<int32_t>(kvh * Nk) : nullptr;
+    const int32_t *perm = new_perm;
     float *centroids = nullptr;
     kmeans_workspace kw = {};
     int32_t *init_rows = nullptr;
@@ -238,7 +260,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     float *host_centroids = nullptr;
     int32_t *host_perm = nullptr;
     if (plan == VCATTN_GROUP_REUSE) {
-        if ((err = cudaMemcpyAsync(perm, layer->perm, kvh * Nk * 4, cudaMemcpyHostToDevice, cs.stream)))
+        if (!(perm = layer_device_perm(layer, kvh * Nk, device, cs.stream, &err)))
             return cs.cuda_fail(err, "permutation upload");
     } else if (regroup) {
         if (plan == VCATTN_GROUP_WARM) {
@@ -254,7 +276,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
         }
         if (err == cudaSuccess)
             err = kmeans_group(dv, ck, clusters, plan == VCATTN_GROUP_WARM ? cfg->kmeans_warm_iters : cfg->kmeans_iters,
-                               centroids, kw, perm, cs.stream);
+                               centroids, kw, new_perm, cs.stream);
         if (err != cudaSuccess) return cs.cuda_fail(err, "k-means");
     }
 
@@ -316,6 +338,20 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
         free(host_perm);
         return cs.cuda_fail(err, "attention");
     }
-    if (host_perm) vsmooth_layer_adopt(layer, B, Hkv, Nk, D, clusters, host_centroids, host_perm);
+    if (host_perm) {
+        vsmooth_layer_adopt(layer, B, Hkv, Nk, D, clusters, host_centroids, host_perm);
+        // Keep the new permutation on the device too (best effort: without
+        // it the next plain step uploads it from the host copy).
+        void *keep = nullptr;
+        if (cudaMalloc(&keep, kvh * Nk * 4) == cudaSuccess &&
+            cudaMemcpyAsync(keep, new_perm, kvh * Nk * 4, cudaMemcpyDeviceToDevice, cs.stream) == cudaSuccess) {
+            layer->device_perm = keep;
+            layer->device_perm_device = device;
+            layer->release_device_perm = release_device_perm;
+        } else {
+            if (keep) cudaFree(keep);
+            cudaGetLastError();
+        }
+    }
     return VCATTN_OK;
 }

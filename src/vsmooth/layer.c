@@ -20,6 +20,8 @@ vcattn_status vcattn_layer_create(vcattn_layer **out, int num_steps) {
 
 void vcattn_layer_reset(vcattn_layer *l) {
     if (!l) return;
+    if (l->device_perm && l->release_device_perm) l->release_device_perm(l->device_perm);
+    l->device_perm = NULL;
     free(l->centroids);
     free(l->perm);
     l->centroids = NULL;

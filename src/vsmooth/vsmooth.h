@@ -57,6 +57,11 @@ struct vcattn_layer {
     float *centroids;   /* [batch*heads_kv][clusters][head_dim] */
     int32_t *perm;      /* [batch*heads_kv][tokens] */
     int has_grouping;
+    /* A device copy of perm kept by the CUDA backend so plain steps need no
+     * upload; released (by the backend's function) whenever perm changes. */
+    void *device_perm;
+    int device_perm_device;
+    void (*release_device_perm)(void *device_perm);
 };
 
 /* Whether the layer's current step lies in the grouping window, the first
