@@ -15,6 +15,7 @@ import argparse
 import ctypes
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -99,8 +100,8 @@ def kernel_ms(fn, reps, name="vc_attention_kernel"):
     other = [e for e in prof.events() if e.device_time > 0 and name not in e.name]
     pre = {}
     for e in other:
-        short = e.name.split("(")[0].split("<")[0].replace("void ", "").split("::")[-1]
-        pre.setdefault(short, []).append(e.device_time / 1e3)
+        found = re.findall(r"(\w+_kernel|Memcpy \w+|Memset)", e.name)
+        pre.setdefault(found[0] if found else e.name[:40], []).append(e.device_time / 1e3)
     return (statistics.median(times) if times else float("nan")), {k: sum(v) / reps for k, v in pre.items()}
 
 

@@ -34,3 +34,19 @@ static __device__ __forceinline__ double warp_sum(double x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
+
+// Rows [n0, n0 + rows) of head (b, h), gathered through perm (may be NULL), as
+// float into x[rows][ld]; rows past the end are zero. The whole block loads
+// the tile at once so that many loads are in flight (the per-row alternative
+// left the quantizers latency-bound). d is a power of two.
+static __device__ void load_tile(const dev_tensor &t, const quant_common &c, int b, int h,
+                                 const int32_t *perm, int n0, int rows, float *x, int ld) {
+    const int d = c.head_dim, shift = __ffs(d) - 1;
+    const int64_t head = (int64_t)b * c.heads + h;
+    for (int e = threadIdx.x; e < rows * d; e += blockDim.x) {
+        const int r = e >> shift, col = e & (d - 1), n = n0 + r;
+        float v = 0.0f;
+        if (n < c.tokens) v = checked(load_elem(t, b, h, perm ? perm[head * c.tokens + n] : n, col), c);
+        x[r * ld + col] = v;
+    }
+}

@@ -12,6 +12,7 @@ namespace {
 
 constexpr int kRowThreads = 256;
 constexpr int kMeanChunk = 1024;  // keys per partial sum of the K channel mean
+constexpr int kMeanLanes = 8;     // token lanes per block of that sum
 
 __device__ __forceinline__ void rope_pair_index(int i, int d, int half_split, int &a, int &b) {
     a = half_split ? i : 2 * i;
@@ -20,14 +21,17 @@ __device__ __forceinline__ void rope_pair_index(int i, int d, int half_split, in
 
 // ---- K channel mean (post-RoPE), in double, deterministic chunk order -------
 
+// Block (D/2, kMeanLanes): lane y sums the chunk's tokens n = y mod kMeanLanes,
+// then lane 0 adds the lanes' sums in order (deterministic).
 __global__ void k_mean_partial_kernel(dev_tensor k, dev_rope rope, quant_common c, double *partials) {
+    __shared__ double lane_sum[kMeanLanes][2][128];
     const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z, i = threadIdx.x, d = c.head_dim;
-    const int chunks = gridDim.x;
+    const int chunks = gridDim.x, y = threadIdx.y;
     int ia, ib;
     rope_pair_index(i, d, rope.half_split, ia, ib);
     double sa = 0.0, sb = 0.0;
     const int n1 = min(c.tokens, (chunk + 1) * kMeanChunk);
-    for (int n = chunk * kMeanChunk; n < n1; n++) {
+    for (int n = chunk * kMeanChunk + y; n < n1; n += kMeanLanes) {
         float xa = load_elem(k, b, h, n, ia), xb = load_elem(k, b, h, n, ib);
         if (rope.cos_tab) {
             const float co = rope.cos_tab[(int64_t)n * (d / 2) + i], si = rope.sin_tab[(int64_t)n * (d / 2) + i];
@@ -37,6 +41,14 @@ __global__ void k_mean_partial_kernel(dev_tensor k, dev_rope rope, quant_common 
         }
         sa += xa;
         sb += xb;
+    }
+    lane_sum[y][0][i] = sa;
+    lane_sum[y][1][i] = sb;
+    __syncthreads();
+    if (y) return;
+    for (int l = 1; l < kMeanLanes; l++) {
+        sa += lane_sum[l][0][i];
+        sb += lane_sum[l][1][i];
     }
     double *out = partials + (((int64_t)b * gridDim.y + h) * chunks + chunk) * d;
     out[ia] = sa;
@@ -67,14 +79,12 @@ struct row_args {
     float *lse_shift;        // Q only
 };
 
-// Brings row `src` (original token index) of head (b, h) into x[D] in shared
-// memory, rotated, smoothed and Hadamard-transformed, as the CPU's
-// prepare_q / prepare_kv; returns the row's amax. One warp.
+// Row x[D] in shared memory (token n, original position src) rotated,
+// smoothed and Hadamard-transformed in place, as the CPU's prepare_q /
+// prepare_kv; returns the row's amax. One warp.
 template <bool IS_KEY>
 __device__ float transform_row(const row_args &a, int b, int h, int n, int src, float *x) {
     const int lane = threadIdx.x & 31, d = a.c.head_dim;
-    for (int i = lane; i < d; i += 32) x[i] = checked(load_elem(a.x, b, h, src, i), a.c);
-    __syncwarp();
     if (a.rope.cos_tab) {
         for (int i = lane; i < d / 2; i += 32) {
             int ia, ib;
@@ -124,24 +134,21 @@ __device__ float transform_row(const row_args &a, int b, int h, int n, int src, 
 template <bool IS_KEY>
 __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) {
     constexpr int R = IS_KEY ? VC_KV_ROWS : VC_Q_ROWS;
-    extern __shared__ float rows[];  // [R][D]
+    extern __shared__ float rows[];  // [R][D + 4]: padded so the encode reads miss no bank
     __shared__ float row_amax[R];
     __shared__ float inv_scale[R];
-    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim;
+    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim, ld = d + 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = kRowThreads / 32;
     const int64_t head = (int64_t)b * a.c.heads + h;
     const int tiles = gridDim.x;
 
+    load_tile(a.x, a.c, b, h, a.perm, tile * R, R, rows, ld);
+    __syncthreads();
     for (int r = warp; r < R; r += warps) {
         const int n = tile * R + r;
-        float *x = rows + r * d;
         float amax = 0.0f;
-        if (n < a.c.tokens) {
-            const int src = a.perm ? a.perm[head * a.c.tokens + n] : n;
-            amax = transform_row<IS_KEY>(a, b, h, n, src, x);
-        } else {
-            for (int i = lane; i < d; i += 32) x[i] = 0.0f;
-        }
+        if (n < a.c.tokens)
+            amax = transform_row<IS_KEY>(a, b, h, n, a.perm ? a.perm[head * a.c.tokens + n] : n, rows + r * ld);
         if (lane == 0) row_amax[r] = amax;
     }
     __syncthreads();
@@ -166,7 +173,7 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) 
     for (int w = threadIdx.x; w < R * d / 4; w += kRowThreads) {
         uint32_t row, col;
         vc_tile_coords((uint32_t)w * 4, R, &row, &col);
-        const float *x = rows + row * d + col;
+        const float *x = rows + row * ld + col;
         const float inv = inv_scale[row];
         uint32_t word = 0;
         for (int e = 0; e < 4; e++) word |= (uint32_t)(uint8_t)vcattn_int8_encode(x[e], inv) << (8 * e);
@@ -185,30 +192,30 @@ struct v_args {
     uint8_t *records;
 };
 
-__device__ __forceinline__ int v_source(const v_args &a, int64_t head, int n) {
-    return a.perm ? a.perm[head * a.c.tokens + n] : n;
-}
-
-// One thread per channel: the tile's block mean (double, row order, as the
-// CPU) and the amax of the residual.
-__global__ void v_stats_kernel(v_args a) {
-    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, ch = threadIdx.x, d = a.c.head_dim;
+// The tile's block mean (double, row order, as the CPU) and the amax of the
+// residual per channel, from one read of the rows: with RN monotone,
+// max |RN(x - mean)| = max(RN(max x - mean), RN(mean - min x)).
+__global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
+    extern __shared__ float rows[];  // [128][D + 4]
+    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim, ld = d + 4;
     const int64_t head = (int64_t)b * a.c.heads + h;
-    const int n0 = tile * VC_KV_ROWS, rows = min(VC_KV_ROWS, a.c.tokens - n0);
-    float mean = 0.0f;
-    if (a.demean) {
+    const int n0 = tile * VC_KV_ROWS, count = min(VC_KV_ROWS, a.c.tokens - n0);
+    load_tile(a.v, a.c, b, h, a.perm, n0, count, rows, ld);
+    __syncthreads();
+    for (int ch = threadIdx.x; ch < d; ch += kRowThreads) {
         double s = 0.0;
-        for (int r = 0; r < rows; r++) s += load_elem(a.v, b, h, v_source(a, head, n0 + r), ch);
-        mean = (float)(s / (double)rows);
+        float hi = -INFINITY, lo = INFINITY;
+        for (int r = 0; r < count; r++) {
+            const float x = rows[r * ld + ch];
+            s += x;
+            hi = fmaxf(hi, x);
+            lo = fminf(lo, x);
+        }
+        const float mean = a.demean ? (float)(s / (double)count) : 0.0f;
+        const int64_t at = (head * gridDim.x + tile) * d + ch;
+        a.tile_mean[at] = mean;
+        a.tile_amax[at] = fmaxf(fmaxf(hi - mean, mean - lo), 0.0f);
     }
-    float amax = 0.0f;
-    for (int r = 0; r < rows; r++) {
-        const float x = checked(load_elem(a.v, b, h, v_source(a, head, n0 + r), ch), a.c);
-        amax = fmaxf(amax, fabsf(x - mean));
-    }
-    const int64_t at = (head * gridDim.x + tile) * d + ch;
-    a.tile_mean[at] = mean;
-    a.tile_amax[at] = amax;
 }
 
 // Per channel: scale = max(amax, max|mean| / 128) / 448 (docs/formats.md).
@@ -225,22 +232,18 @@ __global__ void v_scales_kernel(v_args a, int tiles) {
     a.chan_mul[head * d + ch] = amax / VCATTN_E4M3_MAX;
 }
 
+// V^T record of one tile: codes read straight from the float tile in the
+// order of the record's bytes (token sigma-permuted within 16), ones rows,
+// then the block mean in code units.
 __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
-    extern __shared__ uint8_t codes[];  // [128 tokens][D]
-    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim;
+    extern __shared__ float rows[];  // [128][D + 4]
+    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim, ld = d + 4;
     const int64_t head = (int64_t)b * a.c.heads + h;
     const int tiles = gridDim.x, n0 = tile * VC_KV_ROWS;
+    const int count = min(VC_KV_ROWS, a.c.tokens - n0);
     const float *mean = a.tile_mean + (head * tiles + tile) * d;
     const float *inv = a.chan_inv + head * d;
-    for (int e = threadIdx.x; e < VC_KV_ROWS * d; e += kRowThreads) {
-        const int r = e / d, ch = e % d, n = n0 + r;
-        uint8_t code = 0;
-        if (n < a.c.tokens) {
-            const float x = load_elem(a.v, b, h, v_source(a, head, n), ch);
-            code = vcattn_e4m3_encode((x - mean[ch]) * inv[ch]);
-        }
-        codes[e] = code;
-    }
+    load_tile(a.v, a.c, b, h, a.perm, n0, count, rows, ld);
     __syncthreads();
     uint8_t *rec = a.records + (head * tiles + tile) * (int64_t)vc_v_record_bytes(d);
     const uint32_t vt_rows = d + VC_ONES_ROWS;
@@ -250,10 +253,12 @@ __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
         vc_tile_coords(w * 4, vt_rows, &row, &col);
         uint32_t word = 0x38383838u;  // the ones rows: E4M3 1.0
         if (row < (uint32_t)d) {
+            const float mu = mean[row], scale = inv[row];
             word = 0;
             for (int e = 0; e < 4; e++) {
                 const uint32_t p = col + e, token = (p & ~15u) + vc_sigma(p & 15);
-                word |= (uint32_t)codes[token * d + row] << (8 * e);
+                if ((int)token < count)
+                    word |= (uint32_t)vcattn_e4m3_encode((rows[token * ld + row] - mu) * scale) << (8 * e);
             }
         }
         words[w] = word;
@@ -272,14 +277,15 @@ size_t k_channel_mean_partials(int batch, int heads, int tokens, int head_dim) {
 cudaError_t k_channel_mean(const dev_tensor &k, const dev_rope &rope, const quant_common &c,
                            double *partials, float *mean, cudaStream_t stream) {
     const int chunks = (c.tokens + kMeanChunk - 1) / kMeanChunk;
-    k_mean_partial_kernel<<<dim3(chunks, c.heads, c.batch), c.head_dim / 2, 0, stream>>>(k, rope, c, partials);
+    k_mean_partial_kernel<<<dim3(chunks, c.heads, c.batch), dim3(c.head_dim / 2, kMeanLanes), 0, stream>>>(
+        k, rope, c, partials);
     k_mean_final_kernel<<<c.batch * c.heads, c.head_dim, 0, stream>>>(partials, chunks, c, mean);
     return cudaGetLastError();
 }
 
 static cudaError_t launch_rows(bool is_key, const row_args &a, int rows_per_tile, cudaStream_t stream) {
     const int tiles = (a.c.tokens + rows_per_tile - 1) / rows_per_tile;
-    const int smem = rows_per_tile * a.c.head_dim * (int)sizeof(float);
+    const int smem = rows_per_tile * (a.c.head_dim + 4) * (int)sizeof(float);
     auto kernel = is_key ? quantize_rows_kernel<true> : quantize_rows_kernel<false>;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
@@ -308,8 +314,13 @@ cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t
     const int tiles = (c.tokens + VC_KV_ROWS - 1) / VC_KV_ROWS;
     v_args a = {v, c, perm, demean, tile_mean, tile_amax, chan_inv, chan_mul, records};
     const dim3 grid(tiles, c.heads, c.batch);
-    v_stats_kernel<<<grid, c.head_dim, 0, stream>>>(a);
+    const int smem = VC_KV_ROWS * (c.head_dim + 4) * (int)sizeof(float);
+    cudaError_t err;
+    if ((err = cudaFuncSetAttribute(v_stats_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) ||
+        (err = cudaFuncSetAttribute(v_encode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)))
+        return err;
+    v_stats_kernel<<<grid, kRowThreads, smem, stream>>>(a);
     v_scales_kernel<<<c.batch * c.heads, c.head_dim, 0, stream>>>(a, tiles);
-    v_encode_kernel<<<grid, kRowThreads, VC_KV_ROWS * c.head_dim, stream>>>(a);
+    v_encode_kernel<<<grid, kRowThreads, smem, stream>>>(a);
     return cudaGetLastError();
 }
