@@ -105,7 +105,7 @@ def kernel_ms(fn, reps, name="vc_attention_kernel"):
     return (statistics.median(times) if times else float("nan")), {k: sum(v) / reps for k, v in pre.items()}
 
 
-def bench_shape(vc, name, shape, reps):
+def bench_shape(vc, name, shape, reps, compare_v1=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
     b, h, n, d = shape
@@ -136,6 +136,11 @@ def bench_shape(vc, name, shape, reps):
     row["vc_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
     row["vc_kernel_ms"], row["vc_preprocess_ms"] = kernel_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
 
+    if compare_v1:  # the one-warpgroup kernel, same inputs (VCATTN_KERNEL=v1)
+        os.environ["VCATTN_KERNEL"] = "v1"
+        row["vc_v1_kernel_ms"], _ = kernel_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
+        del os.environ["VCATTN_KERNEL"]
+
     def warm_group():
         vc.lib.vcattn_layer_set_step(layer, 4)   # in the window, refresh step: warm k-means
         vc(q, k, v, out, cfg, layer)
@@ -152,12 +157,13 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None)
     ap.add_argument("--lib", default=None)
+    ap.add_argument("--compare-v1", action="store_true", help="also time the v1 kernel")
     args = ap.parse_args()
     vc = Vcattn(args.lib)
     rows = []
     for name in args.shapes.split(","):
         print("bench %s ..." % name, file=sys.stderr)
-        rows.append(bench_shape(vc, name, SHAPES[name], args.reps))
+        rows.append(bench_shape(vc, name, SHAPES[name], args.reps, args.compare_v1))
         torch.cuda.empty_cache()
     print("TFLOP/s (ratio to cuDNN BF16), medians of %d runs" % args.reps)
     print("%-14s %12s %12s %12s %12s %12s %12s" % ("shape", "cuDNN", "flash", "vc kernel", "vc call",
@@ -173,6 +179,11 @@ def main():
         print("%-14s %s %s %s %s %s %s" % (r["shape"], cell(r["cudnn_ms"]), cell(r["flash_ms"]),
                                             cell(r["vc_kernel_ms"]), cell(r["vc_call_ms"]),
                                             cell(r["vc_grouping_ms"]), cell(r["sage2_ours_call_ms"])))
+    for r in rows:
+        if "vc_v1_kernel_ms" in r:
+            shape = (r["B"], r["H"], r["N"], r["D"])
+            print("%-14s v1 kernel %5.0f TFLOP/s, v2 kernel %5.0f" % (
+                r["shape"], tflops(shape, r["vc_v1_kernel_ms"]), tflops(shape, r["vc_kernel_ms"])))
     print("sage2* = our sage2 variant (exp-then-cast, no V-Smooth); SageAttention2 itself: %s" %
           ("timed (sage2_ms)" if any(r["sage2_ms"] for r in rows) else "not importable here"))
     meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),

@@ -209,7 +209,8 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     }
 
     // ---- workspace ----
-    const int T = (int)((Nk + VC_KV_ROWS - 1) / VC_KV_ROWS), QT = (int)((Nq + VC_Q_ROWS - 1) / VC_Q_ROWS);
+    // Q tiles rounded up to even: the kernel's CTAs take two 64-row tiles.
+    const int T = (int)((Nk + VC_KV_ROWS - 1) / VC_KV_ROWS), QT = (int)((Nq + 2 * VC_Q_ROWS - 1) / (2 * VC_Q_ROWS)) * 2;
     const size_t kvh = (size_t)(B * Hkv), qh = (size_t)(B * Hq);
     const size_t chunks = kmeans_chunks((int)Nk), mean_partials = k_channel_mean_partials((int)B, (int)Hkv, (int)Nk, (int)D);
     const size_t sizes[] = {
@@ -285,8 +286,8 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
         return cs.cuda_fail(err, "K channel mean");
     const float *mean = cfg->k_smoothing ? kmean : nullptr;
     if ((err = quantize_k(dk, krope, ck, perm, mean, cfg->hadamard, hadamard_scale, k_codes, k_mul, cs.stream)) ||
-        (err = quantize_q(dq, qrope, cq, (int)Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, q_codes, q_mul,
-                          lse_shift, cs.stream)) ||
+        (err = quantize_q(dq, qrope, cq, (int)Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, QT, q_codes,
+                          q_mul, lse_shift, cs.stream)) ||
         (err = quantize_v(dv, ck, perm, grouped, tile_mean, tile_amax, chan_inv, chan_mul, v_records, cs.stream)))
         return cs.cuda_fail(err, "quantization");
 
@@ -305,7 +306,10 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     p.kv_group_mul = ((1ull << 32) + (uint64_t)(Hq / Hkv) - 1) / (uint64_t)(Hq / Hkv);  // exact for heads < 2^16
     p.score_mul = sm_scale * 1.4426950408889634f;
     p.expcast_bias = 120.0f + cfg->expcast_beta;
-    if ((err = vc_attention_sm90(p, (int)D, cfg->p_format == VCATTN_P_FP8_EXPCAST, grouped, cs.stream)))
+    // VCATTN_KERNEL=v1 selects the one-warpgroup kernel (for A/B measurements).
+    const char *version = getenv("VCATTN_KERNEL");
+    if ((err = vc_attention_sm90(p, (int)D, cfg->p_format == VCATTN_P_FP8_EXPCAST, grouped,
+                                 version && strcmp(version, "v1") == 0 ? 1 : 2, cs.stream)))
         return cs.cuda_fail(err, "attention kernel");
 
     // ---- results ----

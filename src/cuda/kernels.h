@@ -34,11 +34,12 @@ cudaError_t quantize_k(const dev_tensor &k, const dev_rope &rope, const quant_co
                        const int32_t *perm, const float *mean, int hadamard, float hadamard_scale,
                        int8_t *codes, float *scales, cudaStream_t stream);
 
-// Q: RoPE, LSE shift sm_scale * q.kmean (when kmean), Hadamard, INT8 per token.
+// Q: RoPE, LSE shift sm_scale * q.kmean (when kmean), Hadamard, INT8 per token;
+// `tiles` 64-row tiles (>= ceil(N/64); rows past N are zeros).
 cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_common &c,
                        int heads_kv, const float *kmean, float sm_scale, int hadamard,
-                       float hadamard_scale, int8_t *codes, float *scales, float *lse_shift,
-                       cudaStream_t stream);
+                       float hadamard_scale, int tiles, int8_t *codes, float *scales,
+                       float *lse_shift, cudaStream_t stream);
 
 // V: gather by perm (may be NULL), block means (when demean), per-channel E4M3
 // residual written transposed with the block means. Workspace: T*D floats x 2.

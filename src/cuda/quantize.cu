@@ -283,8 +283,8 @@ cudaError_t k_channel_mean(const dev_tensor &k, const dev_rope &rope, const quan
     return cudaGetLastError();
 }
 
-static cudaError_t launch_rows(bool is_key, const row_args &a, int rows_per_tile, cudaStream_t stream) {
-    const int tiles = (a.c.tokens + rows_per_tile - 1) / rows_per_tile;
+static cudaError_t launch_rows(bool is_key, const row_args &a, int rows_per_tile, int tiles,
+                               cudaStream_t stream) {
     const int smem = rows_per_tile * (a.c.head_dim + 4) * (int)sizeof(float);
     auto kernel = is_key ? quantize_rows_kernel<true> : quantize_rows_kernel<false>;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -297,15 +297,15 @@ cudaError_t quantize_k(const dev_tensor &k, const dev_rope &rope, const quant_co
                        const int32_t *perm, const float *mean, int hadamard, float hadamard_scale,
                        int8_t *codes, float *scales, cudaStream_t stream) {
     row_args a = {k, rope, c, perm, mean, c.heads, 0.0f, hadamard, hadamard_scale, codes, scales, nullptr};
-    return launch_rows(true, a, VC_KV_ROWS, stream);
+    return launch_rows(true, a, VC_KV_ROWS, (c.tokens + VC_KV_ROWS - 1) / VC_KV_ROWS, stream);
 }
 
 cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_common &c,
                        int heads_kv, const float *kmean, float sm_scale, int hadamard,
-                       float hadamard_scale, int8_t *codes, float *scales, float *lse_shift,
-                       cudaStream_t stream) {
+                       float hadamard_scale, int tiles, int8_t *codes, float *scales,
+                       float *lse_shift, cudaStream_t stream) {
     row_args a = {q, rope, c, nullptr, kmean, heads_kv, sm_scale, hadamard, hadamard_scale, codes, scales, lse_shift};
-    return launch_rows(false, a, VC_Q_ROWS, stream);
+    return launch_rows(false, a, VC_Q_ROWS, tiles, stream);
 }
 
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean,

@@ -1,11 +1,12 @@
-// The VC-Attention kernel for sm_90a, version 1: one warpgroup per CTA owns
-// 64 query rows and streams 128-key tiles of K and V^T through a two-stage
-// bulk-copy pipeline. Per tile: INT8 QK^T on the tensor cores (wgmma s8),
+// The VC-Attention kernel for sm_90a. Per 128-key tile: INT8 QK^T on the tensor cores (wgmma s8),
 // online softmax with P encoded as E4M3 (ExpCast or exp-then-cast) directly
 // into the A registers of the FP8 PV wgmma, whose 8 extra columns of ones
 // return the row sum of the decoded P; then the two-level update
 // acc = alpha * acc + (P V + r mu). Arithmetic: docs/formats.md; layout and
 // reasoning: docs/cuda-design.md; measurements: docs/perf-notes.md.
+// Two schedules of the same per-tile steps (RowState): v2 (default) is
+// warp-specialized with two consumer warpgroups in ping-pong, v1 one
+// warpgroup per CTA.
 #include "attention.h"
 #include "ptx.cuh"
 #include "softmax.cuh"
@@ -19,16 +20,7 @@
 
 namespace {
 
-constexpr int kThreads = 128;
 constexpr int kStages = 2;
-
-template <int D>
-struct SharedStorage {
-    alignas(128) int8_t q[VC_Q_ROWS * D];
-    alignas(128) int8_t k[kStages][VC_KV_ROWS * D];
-    alignas(128) uint8_t v[kStages][(D + VC_ONES_ROWS) * VC_KV_ROWS + D * 4];
-    uint64_t full_q, full_k[kStages], full_v[kStages];
-};
 
 template <typename T> __device__ __forceinline__ void store2(T *p, float a, float b, bool pair);
 template <> __device__ __forceinline__ void store2(float *p, float a, float b, bool pair) {
@@ -47,24 +39,265 @@ template <> __device__ __forceinline__ void store2(__half *p, float a, float b, 
 // Column (tile-relative key, or output channel) of accumulator register i.
 __device__ __forceinline__ int acc_col(int i, int t) { return 8 * (i >> 2) + 2 * t + (i & 1); }
 
-template <int D, bool EXPCAST, bool VSMOOTH, typename OutT>
-__global__ void __launch_bounds__(kThreads, 2) vc_attention_kernel(const __grid_constant__ vc_attention_params p) {
-    extern __shared__ uint8_t smem_raw[];
-    SharedStorage<D> &sm = *reinterpret_cast<SharedStorage<D> *>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
-    constexpr uint32_t kQBytes = VC_Q_ROWS * D, kKBytes = VC_KV_ROWS * D;
-    constexpr uint32_t kVtRows = D + VC_ONES_ROWS, kVBytes = kVtRows * VC_KV_ROWS + D * 4;
+template <int D> struct Sizes {
+    static constexpr uint32_t q = VC_Q_ROWS * D, k = VC_KV_ROWS * D;
+    static constexpr uint32_t vt_rows = D + VC_ONES_ROWS, v = vt_rows * VC_KV_ROWS + D * 4;
+};
 
+// The state one warpgroup carries over the key tiles for its 64 query rows:
+// thread (warp, g, t) owns rows 16 warp + g and + 8.
+template <int D, bool EXPCAST, bool VSMOOTH>
+struct RowState {
+    float o[D / 2];
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    float qmul0, qmul1;
+    float alpha0, alpha1;
+    uint32_t a[16];  // P of the current tile as PV A-operand registers
+
+    __device__ void init(float q0, float q1) {
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+        qmul0 = q0;
+        qmul1 = q1;
+    }
+
+    // S = Q K^T (int32), issued and committed; the caller waits.
+    __device__ __forceinline__ static void issue_qk(int32_t *sacc, const int8_t *q, const int8_t *k) {
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < D / 32; ks++)
+            wgmma_s8_m64n128k32(sacc, smem_desc(q + ks * 2 * VC_Q_ROWS * 16, VC_Q_ROWS * 16, 128),
+                                smem_desc(k + ks * 2 * VC_KV_ROWS * 16, VC_KV_ROWS * 16, 128), ks > 0);
+        wgmma_commit();
+    }
+
+    // Online softmax of the tile: new row maxima, rescale factors, P encoded
+    // into a[]. tail_keys < 128 masks the keys past the end.
+    __device__ __forceinline__ void softmax(int32_t *sacc, float kmul, int tail_keys, float expcast_bias, int t) {
+        float s[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++) s[i] = (float)sacc[i];
+        const bool tail = tail_keys < VC_KV_ROWS;
+        if (tail) {
+#pragma unroll
+            for (int i = 0; i < 64; i++)
+                if (acc_col(i, t) >= tail_keys) s[i] = -INFINITY;
+        }
+        const float A0 = qmul0 * kmul, A1 = qmul1 * kmul;
+        float tmax0, tmax1;
+        tile_row_max(s, A0, A1, tmax0, tmax1);
+        const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
+        alpha0 = exp2f(m0 - mn0);
+        alpha1 = exp2f(m1 - mn1);
+        if (tail) encode_p<EXPCAST, true>(s, A0, A1, mn0, mn1, expcast_bias, a);
+        else encode_p<EXPCAST, false>(s, A0, A1, mn0, mn1, expcast_bias, a);
+        m0 = mn0;
+        m1 = mn1;
+    }
+
+    // partial = P V^T (+ row sums in the ones columns), issued and committed.
+    __device__ __forceinline__ void issue_pv(float *pacc, const uint8_t *v) const {
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            const uint64_t desc = smem_desc(v + ks * 2 * Sizes<D>::vt_rows * 16, Sizes<D>::vt_rows * 16, 128);
+            if constexpr (D == 128) wgmma_e4m3_m64n136k32(pacc, a + 4 * ks, desc, ks > 0);
+            else wgmma_e4m3_m64n72k32(pacc, a + 4 * ks, desc, ks > 0);
+        }
+        wgmma_commit();
+    }
+
+    // acc = alpha acc + (partial + r mu): the two-level update, mean restored.
+    __device__ __forceinline__ void update(const float *pacc, const uint8_t *v, int t) {
+        const float r0 = pacc[D / 2], r1 = pacc[D / 2 + 2];
+        const float *mu = reinterpret_cast<const float *>(v + Sizes<D>::vt_rows * VC_KV_ROWS);
+#pragma unroll
+        for (int i = 0; i < D / 2; i += 2) {
+            const bool lower = (i >> 1) & 1;
+            float x0 = pacc[i], x1 = pacc[i + 1];
+            if constexpr (VSMOOTH) {
+                const float2 mv = *reinterpret_cast<const float2 *>(mu + acc_col(i, t));
+                x0 = __fmaf_rn(lower ? r1 : r0, mv.x, x0);
+                x1 = __fmaf_rn(lower ? r1 : r0, mv.y, x1);
+            }
+            o[i] = __fmaf_rn(o[i], lower ? alpha1 : alpha0, x0);
+            o[i + 1] = __fmaf_rn(o[i + 1], lower ? alpha1 : alpha0, x1);
+        }
+        l0 = __fmaf_rn(l0, alpha0, r0);
+        l1 = __fmaf_rn(l1, alpha1, r1);
+    }
+
+    // out = acc * (v_mul / l) in the caller's dtype and layout; LSE (natural log).
+    template <typename OutT>
+    __device__ void store(const vc_attention_params &p, int64_t q_head, int64_t kv_head, int batch,
+                          int head, int row0, int t) const {
+        const int row1 = row0 + 8;
+        const float *v_mul = p.v_mul + kv_head * D;
+        const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+        OutT *out = reinterpret_cast<OutT *>(p.out) + batch * p.out_sb + head * p.out_sh;
+        const bool pair = (reinterpret_cast<uintptr_t>(p.out) % (2 * sizeof(OutT)) == 0) &&
+                          ((p.out_sb | p.out_sh | p.out_sn) & 1) == 0;
+#pragma unroll
+        for (int i = 0; i < D / 2; i += 2) {
+            const int c = acc_col(i, t);
+            const bool lower = (i >> 1) & 1;
+            const int row = lower ? row1 : row0;
+            if (row >= p.nq) continue;
+            const float inv = lower ? inv1 : inv0;
+            store2(out + row * p.out_sn + c, o[i] * (v_mul[c] * inv), o[i + 1] * (v_mul[c + 1] * inv), pair);
+        }
+        if (p.lse && t == 0) {
+            float *lse = p.lse + q_head * p.nq;
+            const float *shift = p.lse_shift ? p.lse_shift + q_head * p.nq : nullptr;
+            if (row0 < p.nq)
+                lse[row0] = (float)(0.6931471805599453 * ((double)m0 + log2((double)l0) - 8.0)) +
+                            (shift ? shift[row0] : 0.0f);
+            if (row1 < p.nq)
+                lse[row1] = (float)(0.6931471805599453 * ((double)m1 + log2((double)l1) - 8.0)) +
+                            (shift ? shift[row1] : 0.0f);
+        }
+    }
+};
+
+__device__ __forceinline__ int kv_head_of(const vc_attention_params &p, int head) {
+    return (int)(((uint64_t)head * p.kv_group_mul) >> 32);  // no integer division (I2F/F2I)
+}
+
+// ---------------------------------------------------------------------------
+// v2: warp-specialized. Warpgroup 0 is the producer (one thread issues the
+// bulk copies into a kStages-deep ring guarded by full/empty mbarriers);
+// warpgroups 1 and 2 each own 64 of the CTA's 128 query rows and take turns
+// on the tensor cores (ping-pong on two named barriers), so one's softmax
+// runs while the other's GEMM does.
+// ---------------------------------------------------------------------------
+constexpr int kWsThreads = 384;
+enum : uint32_t { kSchedBarrier = 1 };  // ids 1 and 2: "consumer w may issue"
+
+template <int D>
+struct WsShared {
+    alignas(128) int8_t q[2][Sizes<D>::q];
+    alignas(128) int8_t k[kStages][Sizes<D>::k];
+    alignas(128) uint8_t v[kStages][Sizes<D>::v];
+    uint64_t full_q, full_k[kStages], full_v[kStages], empty_k[kStages], empty_v[kStages];
+};
+
+template <int D, bool EXPCAST, bool VSMOOTH, typename OutT>
+__global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __grid_constant__ vc_attention_params p) {
+    extern __shared__ uint8_t smem_raw[];
+    WsShared<D> &sm = *reinterpret_cast<WsShared<D> *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
     if (p.error_flag && *p.error_flag) return;  // bad input: the output stays untouched
+
+    const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
+    const int pair_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+    const int64_t q_head = (int64_t)batch * p.heads_q + head;
+    const int64_t kv_head = (int64_t)batch * p.heads_kv + kv_head_of(p, head);
+    const int T = p.kv_tiles;
+
+    if (tid == 0) {
+        mbar_init(&sm.full_q, 1);
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(&sm.full_k[s], 1);
+            mbar_init(&sm.full_v[s], 1);
+            mbar_init(&sm.empty_k[s], 8);  // lane 0 of each consumer warp
+            mbar_init(&sm.empty_v[s], 8);
+        }
+        fence_mbar_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // ---- producer ----
+        regs_decrease<24>();
+        if (tid != 0) return;
+        const int8_t *k_tiles = p.k + kv_head * T * Sizes<D>::k;
+        const uint8_t *v_tiles = p.v + kv_head * T * Sizes<D>::v;
+        mbar_arrive_expect_tx(&sm.full_q, 2 * Sizes<D>::q);
+        bulk_load(sm.q, p.q + (q_head * p.q_tiles + 2 * pair_block) * Sizes<D>::q, 2 * Sizes<D>::q, &sm.full_q);
+        for (int j = 0; j < T; j++) {
+            const int s = j % kStages;
+            const uint32_t free_parity = ((j / kStages) & 1) ^ 1;  // a fresh barrier passes parity 1
+            mbar_wait(&sm.empty_k[s], free_parity);
+            mbar_arrive_expect_tx(&sm.full_k[s], Sizes<D>::k);
+            bulk_load(sm.k[s], k_tiles + (int64_t)j * Sizes<D>::k, Sizes<D>::k, &sm.full_k[s]);
+            mbar_wait(&sm.empty_v[s], free_parity);
+            mbar_arrive_expect_tx(&sm.full_v[s], Sizes<D>::v);
+            bulk_load(sm.v[s], v_tiles + (int64_t)j * Sizes<D>::v, Sizes<D>::v, &sm.full_v[s]);
+        }
+        return;
+    }
+
+    // ---- consumers ----
+    regs_increase<240>();
+    const int w = wg - 1, ctid = tid - 128 * wg, warp = ctid >> 5, g = lane >> 2, t = lane & 3;
+    const int row0 = (2 * pair_block + w) * VC_Q_ROWS + 16 * warp + g;
+    const float *q_mul = p.q_mul + q_head * (int64_t)p.q_tiles * VC_Q_ROWS;
+    const float *k_mul = p.k_mul + kv_head * T * 4;
+    RowState<D, EXPCAST, VSMOOTH> st;
+    st.init(q_mul[row0] * p.score_mul, q_mul[row0 + 8] * p.score_mul);
+    const int tail_keys = p.nk - (T - 1) * VC_KV_ROWS;
+    const uint32_t my_turn = kSchedBarrier + w, other_turn = kSchedBarrier + (1 - w);
+    if (w == 1) named_barrier_arrive(other_turn, 256);  // consumer 0 goes first
+
+    mbar_wait(&sm.full_q, 0);
+    for (int j = 0; j < T; j++) {
+        const int s = j % kStages;
+        const uint32_t parity = (j / kStages) & 1;
+        int32_t sacc[64];
+        mbar_wait(&sm.full_k[s], parity);
+        named_barrier_sync(my_turn, 256);
+        st.issue_qk(sacc, sm.q[w], sm.k[s]);
+        named_barrier_arrive(other_turn, 256);
+        wgmma_wait_all();
+#pragma unroll
+        for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&sm.empty_k[s]);
+
+        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t);
+
+        float pacc[D / 2 + 4];
+        mbar_wait(&sm.full_v[s], parity);
+        named_barrier_sync(my_turn, 256);
+        st.issue_pv(pacc, sm.v[s]);
+        if (!(w == 1 && j == T - 1)) named_barrier_arrive(other_turn, 256);  // no one waits for the last
+        wgmma_wait_all();
+#pragma unroll
+        for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
+        st.update(pacc, sm.v[s], t);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&sm.empty_v[s]);
+    }
+    st.template store<OutT>(p, q_head, kv_head, batch, head, row0, t);
+}
+
+// ---------------------------------------------------------------------------
+// v1: one warpgroup per CTA, 64 query rows, thread 0 also issues the copies;
+// two CTAs per SM hide each other. Kept for comparison (VCATTN_KERNEL=v1).
+// ---------------------------------------------------------------------------
+constexpr int kV1Threads = 128;
+
+template <int D>
+struct V1Shared {
+    alignas(128) int8_t q[Sizes<D>::q];
+    alignas(128) int8_t k[kStages][Sizes<D>::k];
+    alignas(128) uint8_t v[kStages][Sizes<D>::v];
+    uint64_t full_q, full_k[kStages], full_v[kStages];
+};
+
+template <int D, bool EXPCAST, bool VSMOOTH, typename OutT>
+__global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __grid_constant__ vc_attention_params p) {
+    extern __shared__ uint8_t smem_raw[];
+    V1Shared<D> &sm = *reinterpret_cast<V1Shared<D> *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
+    if (p.error_flag && *p.error_flag) return;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-    const int head_kv = (int)(((uint64_t)head * p.kv_group_mul) >> 32);  // no integer division (I2F/F2I)
     const int64_t q_head = (int64_t)batch * p.heads_q + head;
-    const int64_t kv_head = (int64_t)batch * p.heads_kv + head_kv;
+    const int64_t kv_head = (int64_t)batch * p.heads_kv + kv_head_of(p, head);
     const int T = p.kv_tiles;
-    const int8_t *k_tiles = p.k + kv_head * T * kKBytes;
-    const uint8_t *v_tiles = p.v + kv_head * T * kVBytes;
+    const int8_t *k_tiles = p.k + kv_head * T * Sizes<D>::k;
+    const uint8_t *v_tiles = p.v + kv_head * T * Sizes<D>::v;
     const float *k_mul = p.k_mul + kv_head * T * 4;
 
     if (tid == 0) {
@@ -77,170 +310,91 @@ __global__ void __launch_bounds__(kThreads, 2) vc_attention_kernel(const __grid_
     }
     __syncthreads();
     auto load_k = [&](int stage, int tile) {
-        mbar_arrive_expect_tx(&sm.full_k[stage], kKBytes);
-        bulk_load(sm.k[stage], k_tiles + (int64_t)tile * kKBytes, kKBytes, &sm.full_k[stage]);
+        mbar_arrive_expect_tx(&sm.full_k[stage], Sizes<D>::k);
+        bulk_load(sm.k[stage], k_tiles + (int64_t)tile * Sizes<D>::k, Sizes<D>::k, &sm.full_k[stage]);
     };
     auto load_v = [&](int stage, int tile) {
-        mbar_arrive_expect_tx(&sm.full_v[stage], kVBytes);
-        bulk_load(sm.v[stage], v_tiles + (int64_t)tile * kVBytes, kVBytes, &sm.full_v[stage]);
+        mbar_arrive_expect_tx(&sm.full_v[stage], Sizes<D>::v);
+        bulk_load(sm.v[stage], v_tiles + (int64_t)tile * Sizes<D>::v, Sizes<D>::v, &sm.full_v[stage]);
     };
     if (tid == 0) {
-        mbar_arrive_expect_tx(&sm.full_q, kQBytes);
-        bulk_load(sm.q, p.q + (q_head * p.q_tiles + m_block) * kQBytes, kQBytes, &sm.full_q);
+        mbar_arrive_expect_tx(&sm.full_q, Sizes<D>::q);
+        bulk_load(sm.q, p.q + (q_head * p.q_tiles + m_block) * Sizes<D>::q, Sizes<D>::q, &sm.full_q);
         for (int s = 0; s < kStages && s < T; s++) {
             load_k(s, s);
             load_v(s, s);
         }
     }
 
-    const int row0 = m_block * VC_Q_ROWS + 16 * warp + g, row1 = row0 + 8;
+    const int row0 = m_block * VC_Q_ROWS + 16 * warp + g;
     const float *q_mul = p.q_mul + q_head * (int64_t)p.q_tiles * VC_Q_ROWS;
-    const float qmul0 = q_mul[row0] * p.score_mul, qmul1 = q_mul[row1] * p.score_mul;
-
-    float o[D / 2];
-#pragma unroll
-    for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    const int tail_keys = p.nk - (T - 1) * VC_KV_ROWS;  // valid keys of the last tile
+    RowState<D, EXPCAST, VSMOOTH> st;
+    st.init(q_mul[row0] * p.score_mul, q_mul[row0 + 8] * p.score_mul);
+    const int tail_keys = p.nk - (T - 1) * VC_KV_ROWS;
 
     mbar_wait(&sm.full_q, 0);
     for (int j = 0; j < T; j++) {
-        const int stage = j & 1;
-        const uint32_t parity = (j >> 1) & 1;
-
-        // ---- S = Q K^T (int32) ----
+        const int stage = j % kStages;
+        const uint32_t parity = (j / kStages) & 1;
         int32_t sacc[64];
         mbar_wait(&sm.full_k[stage], parity);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < D / 32; ks++)
-            wgmma_s8_m64n128k32(sacc, smem_desc(sm.q + ks * 2 * VC_Q_ROWS * 16, VC_Q_ROWS * 16, 128),
-                                smem_desc(sm.k[stage] + ks * 2 * VC_KV_ROWS * 16, VC_KV_ROWS * 16, 128),
-                                ks > 0);
-        wgmma_commit();
+        st.issue_qk(sacc, sm.q, sm.k[stage]);
         wgmma_wait_all();
 #pragma unroll
         for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
         __syncthreads();  // every warp is done with K[stage]
         if (tid == 0 && j + kStages < T) load_k(stage, j + kStages);
 
-        // ---- online softmax, P as E4M3 in A registers ----
-        float s[64];
-#pragma unroll
-        for (int i = 0; i < 64; i++) s[i] = (float)sacc[i];
-        const bool tail = j == T - 1 && tail_keys < VC_KV_ROWS;
-        if (tail) {
-#pragma unroll
-            for (int i = 0; i < 64; i++)
-                if (acc_col(i, t) >= tail_keys) s[i] = -INFINITY;
-        }
-        const float kmul = k_mul[j * 4 + t];
-        const float A0 = qmul0 * kmul, A1 = qmul1 * kmul;
-        float tmax0, tmax1;
-        tile_row_max(s, A0, A1, tmax0, tmax1);
-        const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
-        const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
-        uint32_t a[16];
-        if (tail) encode_p<EXPCAST, true>(s, A0, A1, mn0, mn1, p.expcast_bias, a);
-        else encode_p<EXPCAST, false>(s, A0, A1, mn0, mn1, p.expcast_bias, a);
-        m0 = mn0;
-        m1 = mn1;
+        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t);
 
-        // ---- partial = P V^T (+ row sums in the ones columns) ----
         float pacc[D / 2 + 4];
         mbar_wait(&sm.full_v[stage], parity);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < 4; ks++) {
-            const uint64_t desc = smem_desc(sm.v[stage] + ks * 2 * kVtRows * 16, kVtRows * 16, 128);
-            if constexpr (D == 128) wgmma_e4m3_m64n136k32(pacc, a + 4 * ks, desc, ks > 0);
-            else wgmma_e4m3_m64n72k32(pacc, a + 4 * ks, desc, ks > 0);
-        }
-        wgmma_commit();
+        st.issue_pv(pacc, sm.v[stage]);
         wgmma_wait_all();
 #pragma unroll
         for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
-
-        // ---- two-level update with the block mean restored ----
-        const float r0 = pacc[D / 2], r1 = pacc[D / 2 + 2];
-        const float *mu = reinterpret_cast<const float *>(sm.v[stage] + kVtRows * VC_KV_ROWS);
-#pragma unroll
-        for (int i = 0; i < D / 2; i += 2) {
-            const int c = acc_col(i, t);
-            const bool lower = (i >> 1) & 1;
-            float x0 = pacc[i], x1 = pacc[i + 1];
-            if constexpr (VSMOOTH) {
-                const float2 mv = *reinterpret_cast<const float2 *>(mu + c);
-                x0 = __fmaf_rn(lower ? r1 : r0, mv.x, x0);
-                x1 = __fmaf_rn(lower ? r1 : r0, mv.y, x1);
-            }
-            o[i] = __fmaf_rn(o[i], lower ? alpha1 : alpha0, x0);
-            o[i + 1] = __fmaf_rn(o[i + 1], lower ? alpha1 : alpha0, x1);
-        }
-        l0 = __fmaf_rn(l0, alpha0, r0);
-        l1 = __fmaf_rn(l1, alpha1, r1);
+        st.update(pacc, sm.v[stage], t);
         __syncthreads();  // every warp is done with V[stage]
         if (tid == 0 && j + kStages < T) load_v(stage, j + kStages);
     }
-
-    // ---- epilogue: out = acc * (v_mul / l), LSE ----
-    const float *v_mul = p.v_mul + kv_head * D;
-    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
-    OutT *out = reinterpret_cast<OutT *>(p.out) + batch * p.out_sb + head * p.out_sh;
-    const bool pair = (reinterpret_cast<uintptr_t>(p.out) % (2 * sizeof(OutT)) == 0) &&
-                      ((p.out_sb | p.out_sh | p.out_sn) & 1) == 0;
-#pragma unroll
-    for (int i = 0; i < D / 2; i += 2) {
-        const int c = acc_col(i, t);
-        const bool lower = (i >> 1) & 1;
-        const int row = lower ? row1 : row0;
-        if (row >= p.nq) continue;
-        const float inv = lower ? inv1 : inv0;
-        store2(out + row * p.out_sn + c, o[i] * (v_mul[c] * inv), o[i + 1] * (v_mul[c + 1] * inv), pair);
-    }
-    if (p.lse && t == 0) {
-        float *lse = p.lse + q_head * p.nq;
-        const float *shift = p.lse_shift ? p.lse_shift + q_head * p.nq : nullptr;
-        if (row0 < p.nq)
-            lse[row0] = (float)(0.6931471805599453 * ((double)m0 + log2((double)l0) - 8.0)) +
-                        (shift ? shift[row0] : 0.0f);
-        if (row1 < p.nq)
-            lse[row1] = (float)(0.6931471805599453 * ((double)m1 + log2((double)l1) - 8.0)) +
-                        (shift ? shift[row1] : 0.0f);
-    }
+    st.template store<OutT>(p, q_head, kv_head, batch, head, row0, t);
 }
 
 template <int D, bool EXPCAST, bool VSMOOTH, typename OutT>
-cudaError_t launch(const vc_attention_params &p, cudaStream_t stream) {
-    auto kernel = vc_attention_kernel<D, EXPCAST, VSMOOTH, OutT>;
-    const int smem = (int)sizeof(SharedStorage<D>) + 128;
+cudaError_t launch(const vc_attention_params &p, int version, cudaStream_t stream) {
+    const bool ws = version != 1;
+    auto kernel = ws ? vc_attention_ws_kernel<D, EXPCAST, VSMOOTH, OutT> : vc_attention_v1_kernel<D, EXPCAST, VSMOOTH, OutT>;
+    const int smem = (int)(ws ? sizeof(WsShared<D>) : sizeof(V1Shared<D>)) + 128;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
-    dim3 grid(p.q_tiles, p.heads_q, p.batch);
-    kernel<<<grid, kThreads, smem, stream>>>(p);
+    // q_tiles is even (the quantizer pads a 64-row tile of zeros): v2 takes two per CTA.
+    dim3 grid(ws ? p.q_tiles / 2 : p.q_tiles, p.heads_q, p.batch);
+    kernel<<<grid, ws ? kWsThreads : kV1Threads, smem, stream>>>(p);
     return cudaGetLastError();
 }
 
 template <int D, bool EXPCAST, bool VSMOOTH>
-cudaError_t launch_dtype(const vc_attention_params &p, cudaStream_t stream) {
+cudaError_t launch_dtype(const vc_attention_params &p, int version, cudaStream_t stream) {
     switch (p.out_dtype) {
-    case VCATTN_DTYPE_BF16: return launch<D, EXPCAST, VSMOOTH, __nv_bfloat16>(p, stream);
-    case VCATTN_DTYPE_F16: return launch<D, EXPCAST, VSMOOTH, __half>(p, stream);
-    default: return launch<D, EXPCAST, VSMOOTH, float>(p, stream);
+    case VCATTN_DTYPE_BF16: return launch<D, EXPCAST, VSMOOTH, __nv_bfloat16>(p, version, stream);
+    case VCATTN_DTYPE_F16: return launch<D, EXPCAST, VSMOOTH, __half>(p, version, stream);
+    default: return launch<D, EXPCAST, VSMOOTH, float>(p, version, stream);
     }
 }
 
 template <int D>
-cudaError_t launch_variant(const vc_attention_params &p, bool expcast, bool vsmooth, cudaStream_t stream) {
-    if (expcast) return vsmooth ? launch_dtype<D, true, true>(p, stream) : launch_dtype<D, true, false>(p, stream);
-    return vsmooth ? launch_dtype<D, false, true>(p, stream) : launch_dtype<D, false, false>(p, stream);
+cudaError_t launch_variant(const vc_attention_params &p, bool expcast, bool vsmooth, int version,
+                           cudaStream_t stream) {
+    if (expcast)
+        return vsmooth ? launch_dtype<D, true, true>(p, version, stream) : launch_dtype<D, true, false>(p, version, stream);
+    return vsmooth ? launch_dtype<D, false, true>(p, version, stream) : launch_dtype<D, false, false>(p, version, stream);
 }
 
 }  // namespace
 
 cudaError_t vc_attention_sm90(const vc_attention_params &p, int head_dim, bool expcast,
-                              bool vsmooth, cudaStream_t stream) {
-    if (head_dim == 128) return launch_variant<128>(p, expcast, vsmooth, stream);
-    if (head_dim == 64) return launch_variant<64>(p, expcast, vsmooth, stream);
+                              bool vsmooth, int version, cudaStream_t stream) {
+    if (head_dim == 128) return launch_variant<128>(p, expcast, vsmooth, version, stream);
+    if (head_dim == 64) return launch_variant<64>(p, expcast, vsmooth, version, stream);
     return cudaErrorInvalidValue;
 }

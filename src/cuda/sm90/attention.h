@@ -23,6 +23,8 @@ struct vc_attention_params {
     float expcast_bias;       // 120 + beta
 };
 
-// variant: expcast (ExpCast-FP8) or exp-then-cast; vsmooth: restore block means.
+// variant: expcast (ExpCast-FP8) or exp-then-cast; vsmooth: restore block means;
+// version: 2 = warp-specialized (default), 1 = one warpgroup per CTA.
+// q_tiles must be even (two 64-row tiles per v2 CTA).
 cudaError_t vc_attention_sm90(const vc_attention_params &p, int head_dim, bool expcast,
-                              bool vsmooth, cudaStream_t stream);
+                              bool vsmooth, int version, cudaStream_t stream);
