@@ -14,6 +14,8 @@
 #include "cpu/reference.h"
 #include "formats/formats.h"
 #include "vsmooth/vsmooth.h"
+#include "cpu/cpu_backend.h"
+#include "cuda/cuda_backend.h"
 
 #include <string.h>
 #ifdef VCATTN_WITH_CUDA
@@ -246,6 +248,112 @@ static void run_schedule(vcattn_context *cpu, vcattn_context *gpu) {
     free_inputs(&in);
 }
 
+static vcattn_quantized alloc_quantized(const shape_t *s) {
+    int64_t qn = s->b * s->hq * s->nq, kn = s->b * s->hkv * s->nk, t = (s->nk + 127) / 128;
+    vcattn_quantized o;
+    o.q_codes = malloc((size_t)(qn * s->d));
+    o.k_codes = malloc((size_t)(kn * s->d));
+    o.v_codes = malloc((size_t)(kn * s->d));
+    o.q_scale = malloc((size_t)qn * 4);
+    o.lse_shift = malloc((size_t)qn * 4);
+    o.k_scale = malloc((size_t)(s->b * s->hkv * t * 4) * 4);
+    o.v_mean = malloc((size_t)(s->b * s->hkv * t * s->d) * 4);
+    o.v_scale = malloc((size_t)(s->b * s->hkv * s->d) * 4);
+    o.k_mean = malloc((size_t)(s->b * s->hkv * s->d) * 4);
+    return o;
+}
+
+static void free_quantized(vcattn_quantized *o) {
+    free(o->q_codes); free(o->k_codes); free(o->v_codes); free(o->q_scale); free(o->lse_shift);
+    free(o->k_scale); free(o->v_mean); free(o->v_scale); free(o->k_mean);
+}
+
+/* Largest relative difference of two float arrays (NaN counts as infinite). */
+static double max_rel(const float *a, const float *b, int64_t n) {
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), 1e-30);
+        if (isnan(d)) return INFINITY;
+        if (a[i] != b[i]) m = fmax(m, d);
+    }
+    return m;
+}
+
+/* Codes of two backends: *worst = largest difference, returns the count that differ. */
+static int64_t code_diffs(const void *a, const void *b, int64_t n, int is_int8, int *worst) {
+    int64_t count = 0;
+    *worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int x, y;
+        if (is_int8) { x = ((const int8_t *)a)[i]; y = ((const int8_t *)b)[i]; }
+        else {  /* E4M3 bytes: compare as signed code positions */
+            uint8_t u = ((const uint8_t *)a)[i], v = ((const uint8_t *)b)[i];
+            x = u & 0x80 ? -(u & 0x7f) : u;
+            y = v & 0x80 ? -(v & 0x7f) : v;
+        }
+        if (x != y) { count++; if (abs(x - y) > *worst) *worst = abs(x - y); }
+    }
+    return count;
+}
+
+/* Item 2 of the CUDA issue: each quantizer's output against the CPU's, the
+ * grouping given by a layer holding a random permutation. Codes computed from
+ * the same floats are identical; values that are sums (the K channel mean,
+ * hence K and the LSE shift) may differ by rounding, moving a code by one at
+ * most, rarely. */
+static void run_quantizers(vcattn_context *cpu, vcattn_context *gpu, const shape_t *s, int vsmooth) {
+    inputs_t in;
+    make_inputs(s, &in);
+    vcattn_config cfg = method_config(s->method);
+    const vcattn_rope *rope = s->rope ? &in.rope : NULL;
+    vcattn_layer *layer = NULL;
+    if (vsmooth) {  /* a random permutation, reused at step 1 */
+        int64_t heads = s->b * s->hkv, n = s->nk;
+        int clusters = vsmooth_cluster_count(&cfg, n);
+        int32_t *perm = malloc((size_t)(heads * n) * sizeof(int32_t));
+        float *cent = calloc((size_t)(heads * clusters * s->d), sizeof(float));
+        for (int64_t g = 0; g < heads; g++) {
+            for (int64_t i = 0; i < n; i++) perm[g * n + i] = (int32_t)i;
+            for (int64_t i = n - 1; i > 0; i--) {
+                int64_t j = (int64_t)(urand() * (double)(i + 1));
+                int32_t tmp = perm[g * n + i]; perm[g * n + i] = perm[g * n + j]; perm[g * n + j] = tmp;
+            }
+        }
+        vcattn_layer_create(&layer, 40);
+        vsmooth_layer_adopt(layer, s->b, s->hkv, n, s->d, clusters, cent, perm);
+        vcattn_layer_set_step(layer, 1);
+    }
+    vcattn_quantized c = alloc_quantized(s), g = alloc_quantized(s);
+    vcattn_status a = cpu_quantize_for_test(cpu, &cfg, &in.q, &in.k, &in.v, rope, layer, &c);
+    vcattn_status b = cuda_quantize_for_test(gpu, &cfg, &in.q, &in.k, &in.v, rope, layer, &g);
+    CHECK(a == VCATTN_OK && b == VCATTN_OK, "%s: quantize for test: %s", s->name, vcattn_last_error(gpu));
+    if (!a && !b) {
+        int64_t qn = s->b * s->hq * s->nq, kn = s->b * s->hkv * s->nk, t = (s->nk + 127) / 128;
+        int64_t heads = s->b * s->hkv;
+        int wq, wk, wv;
+        int64_t dq = code_diffs(g.q_codes, c.q_codes, qn * s->d, 1, &wq);
+        int64_t dk = code_diffs(g.k_codes, c.k_codes, kn * s->d, 1, &wk);
+        int64_t dv = code_diffs(g.v_codes, c.v_codes, kn * s->d, 0, &wv);
+        double r_kmean = max_rel(g.k_mean, c.k_mean, heads * s->d);
+        printf("quantizers %-22s %s: Q codes differ %lld, K %lld (max %d), V %lld; K mean rel %.1e\n",
+               s->name, vsmooth ? "grouped" : "plain", (long long)dq, (long long)dk, wk, (long long)dv, r_kmean);
+        CHECK(dq == 0 && max_rel(g.q_scale, c.q_scale, qn) == 0.0, "%s: Q codes or scales differ (%lld)",
+              s->name, (long long)dq);
+        CHECK(dv == 0 && max_rel(g.v_scale, c.v_scale, heads * s->d) == 0.0 &&
+              max_rel(g.v_mean, c.v_mean, heads * t * s->d) == 0.0,
+              "%s: V codes, scales or means differ (%lld codes)", s->name, (long long)dv);
+        CHECK(r_kmean < 1e-5, "%s: K channel means differ by %.2e", s->name, r_kmean);
+        CHECK(wk <= 1 && dk * 1000 <= kn * s->d, "%s: %lld K codes differ, by up to %d", s->name,
+              (long long)dk, wk);
+        CHECK(max_rel(g.k_scale, c.k_scale, heads * t * 4) < 1e-5, "%s: K scales differ", s->name);
+        CHECK(max_rel(g.lse_shift, c.lse_shift, qn) < 1e-4 || !cfg.k_smoothing, "%s: LSE shifts differ", s->name);
+    }
+    free_quantized(&c);
+    free_quantized(&g);
+    vcattn_layer_destroy(layer);
+    free_inputs(&in);
+}
+
 static void run_bad_input(vcattn_context *gpu) {
     shape_t s = {"bad", 1, 2, 2, 200, 200, 128, 0, 0, VCATTN_DTYPE_F32, 0, "vc"};
     inputs_t in;
@@ -340,6 +448,15 @@ int main(void) {
         }
     shape_t had = {"hadamard", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+hadamard"};
     run_shape(cpu, gpu, &had);
+    static const shape_t quant_shapes[] = {
+        {"N=1000 rope", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc"},
+        {"N=333 NHD D64 hadamard", 2, 2, 2, 333, 4097, 64, 1, 0, VCATTN_DTYPE_F16, 1, "vc+hadamard"},
+        {"N=129 fp32 strided", 1, 2, 1, 129, 129, 128, 0, 8, VCATTN_DTYPE_F32, 0, "sage2"},
+    };
+    for (size_t i = 0; i < sizeof quant_shapes / sizeof quant_shapes[0]; i++) {
+        run_quantizers(cpu, gpu, &quant_shapes[i], 0);
+        run_quantizers(cpu, gpu, &quant_shapes[i], 1);
+    }
     run_schedule(cpu, gpu);
     run_bad_input(gpu);
 #ifdef VCATTN_WITH_CUDA

@@ -50,6 +50,18 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
                                    const vcattn_tensor *v, const vcattn_tensor *out,
                                    const vcattn_rope *rope, int scan_host);
 
+/* The quantized operands of one call in a backend-independent form, for
+ * tests that compare backends stage by stage. Caller-allocated: q_codes
+ * [B*Hq][Nq][D], q_scale and lse_shift [B*Hq][Nq]; k_codes and v_codes (E4M3
+ * bytes) [B*Hkv][Nk][D] in permuted token order; k_scale [B*Hkv][T][4] (lane
+ * groups); v_mean (code units) [B*Hkv][T][D]; v_scale and k_mean [B*Hkv][D];
+ * T = ceil(Nk/128). INT8 Q/K, per-channel FP8 V only. */
+typedef struct {
+    int8_t *q_codes, *k_codes;
+    uint8_t *v_codes;
+    float *q_scale, *lse_shift, *k_scale, *v_mean, *v_scale, *k_mean;
+} vcattn_quantized;
+
 /* 1 if head_dim is a power of two (the Hadamard needs one). */
 static inline int vcattn_is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 

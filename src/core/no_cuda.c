@@ -15,6 +15,14 @@ vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config *cfg,
     return vcattn_fail(ctx, VCATTN_ERR_BACKEND_UNAVAILABLE,
                        "cuda backend: libvcattn was built without CUDA");
 }
+
+vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcattn_config *cfg,
+                                     const vcattn_tensor *q, const vcattn_tensor *k,
+                                     const vcattn_tensor *v, const vcattn_rope *rope,
+                                     vcattn_layer *layer, vcattn_quantized *out) {
+    return vcattn_fail(ctx, VCATTN_ERR_BACKEND_UNAVAILABLE,
+                       "cuda backend: libvcattn was built without CUDA");
+}
 #else
 typedef int vcattn_no_cuda_unused; /* ISO C forbids an empty translation unit */
 #endif

@@ -349,6 +349,60 @@ done:
     return st;
 }
 
+vcattn_status cpu_quantize_for_test(vcattn_context *ctx, const vcattn_config *cfg,
+                                    const vcattn_tensor *q, const vcattn_tensor *k,
+                                    const vcattn_tensor *v, const vcattn_rope *rope,
+                                    vcattn_layer *layer, vcattn_quantized *out) {
+    if (cfg->qk_format != VCATTN_QK_INT8 || cfg->v_format != VCATTN_V_FP8_CHANNEL)
+        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG, "quantize for test: INT8 Q/K and FP8 V only");
+    problem p = {0};
+    p.cfg = cfg;
+    p.batch = q->batch; p.hq = q->heads; p.hkv = k->heads;
+    p.nq = q->tokens; p.nk = k->tokens; p.d = q->head_dim;
+    p.sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)p.d);
+    const int64_t nkv = p.batch * p.hkv, nqh = p.batch * p.hq, d = p.d, tiles = (p.nk + 127) / 128;
+    int clusters = vsmooth_cluster_count(cfg, p.nk);
+    vcattn_grouping plan = vsmooth_resolve_plan(cfg, layer, p.batch, p.hkv, p.nk, p.d, clusters);
+    p.kv = calloc((size_t)nkv, sizeof *p.kv);
+    p.qh = calloc((size_t)nqh, sizeof *p.qh);
+    float *centroids = malloc((size_t)(nkv * clusters * d) * sizeof(float));
+    int32_t *perms = malloc((size_t)(nkv * p.nk) * sizeof(int32_t));
+    vcattn_status st = p.kv && p.qh && centroids && perms ? VCATTN_OK : VCATTN_ERR_OUT_OF_MEMORY;
+    for (int64_t g = 0; !st && g < nkv; g++)
+        st = prepare_kv(&p, k, v, rope, plan, clusters, layer, centroids, perms, g);
+    for (int64_t g = 0; !st && g < nqh; g++) st = prepare_q(&p, q, rope, g);
+    for (int64_t g = 0; !st && g < nqh; g++)
+        for (int64_t n = 0; n < p.nq; n++) {
+            out->q_scale[g * p.nq + n] = p.qh[g].q.mul[n];
+            out->lse_shift[g * p.nq + n] = p.qh[g].lse_shift[n];
+            for (int64_t c = 0; c < d; c++)
+                out->q_codes[(g * p.nq + n) * d + c] = (int8_t)p.qh[g].q.val[n * d + c];
+        }
+    for (int64_t g = 0; !st && g < nkv; g++) {
+        const kv_head *kv = &p.kv[g];
+        for (int64_t n = 0; n < p.nk; n++)
+            for (int64_t c = 0; c < d; c++) {
+                out->k_codes[(g * p.nk + n) * d + c] = (int8_t)kv->k.val[n * d + c];
+                out->v_codes[(g * p.nk + n) * d + c] = vcattn_e4m3_encode(kv->v.val[n * d + c]);
+            }
+        for (int64_t t = 0; t < tiles; t++)
+            for (int lg = 0; lg < VCATTN_K_LANE_GROUPS; lg++) {
+                int64_t key = t * 128 + 2 * lg;  /* first key of the lane group */
+                out->k_scale[(g * tiles + t) * 4 + lg] = key < p.nk ? kv->k.mul[key] : 0.0f;
+            }
+        for (int64_t i = 0; i < tiles * d; i++)
+            out->v_mean[g * tiles * d + i] = kv->v.mean ? kv->v.mean[i] : 0.0f;
+        for (int64_t c = 0; c < d; c++) {
+            out->v_scale[g * d + c] = kv->v.chan_mul[c];
+            out->k_mean[g * d + c] = kv->kmean ? kv->kmean[c] : 0.0f;
+        }
+    }
+    free(centroids);
+    free(perms);
+    free_problem(&p);
+    return st ? vcattn_fail(ctx, st, "quantize for test: out of host memory") : VCATTN_OK;
+}
+
 vcattn_status cpu_value_roundtrip(const vcattn_config *cfg, const float *v, int64_t n,
                                   int64_t d, float *v_hat) {
     value_operand op;

@@ -158,22 +158,189 @@ const int32_t *layer_device_perm(vcattn_layer *layer, size_t count, int device, 
     return (const int32_t *)p;
 }
 
+// The shape of one call and what it does for V-Smooth.
+struct call_shape {
+    int64_t B, Hq, Hkv, Nq, Nk, D;
+    int clusters, T, QT;  // QT: 64-row Q tiles rounded up to even (v2 CTAs take two)
+    vcattn_grouping plan;
+    int grouped, regroup;
+};
+
+call_shape shape_of(const vcattn_config *cfg, const vcattn_tensor *q, const vcattn_tensor *k,
+                    const vcattn_layer *layer) {
+    call_shape c;
+    c.B = q->batch; c.Hq = q->heads; c.Hkv = k->heads; c.Nq = q->tokens; c.Nk = k->tokens; c.D = q->head_dim;
+    c.clusters = vsmooth_cluster_count(cfg, c.Nk);
+    c.plan = vsmooth_resolve_plan(cfg, layer, c.B, c.Hkv, c.Nk, c.D, c.clusters);
+    c.grouped = c.plan != VCATTN_GROUP_NONE;
+    c.regroup = c.plan == VCATTN_GROUP_COLD || c.plan == VCATTN_GROUP_WARM;
+    c.T = (int)((c.Nk + VC_KV_ROWS - 1) / VC_KV_ROWS);
+    c.QT = (int)((c.Nq + 2 * VC_Q_ROWS - 1) / (2 * VC_Q_ROWS)) * 2;
+    return c;
+}
+
+vcattn_status check_call(vcattn_context *ctx, const vcattn_config *cfg, const call_shape &c) {
+    vcattn_status st = check_supported(ctx, cfg, c.D, c.clusters, c.plan);
+    if (st) return st;
+    if (c.Nq > INT32_MAX / 2 || c.Nk > INT32_MAX / 2 || c.Hq > 65535 || c.B > 65535)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "cuda backend: at most 2^30 tokens, 65535 heads and 65535 batch entries");
+    return VCATTN_OK;
+}
+
+// The caller's q, k, v and RoPE tables on the device.
+struct call_inputs {
+    dev_tensor q, k, v;
+    dev_rope qrope = {nullptr, nullptr, 0}, krope = {nullptr, nullptr, 0};
+};
+
+vcattn_status stage_inputs(call_state &cs, const call_shape &c, const vcattn_tensor *q,
+                           const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_rope *rope,
+                           int device, call_inputs *in) {
+    vcattn_status st;
+    int staged;
+    if ((st = tensor_view(cs, "q", q, device, 1, &in->q, &staged)) ||
+        (st = tensor_view(cs, "k", k, device, 1, &in->k, &staged)) ||
+        (st = tensor_view(cs, "v", v, device, 1, &in->v, &staged)))
+        return st;
+    if (rope) {
+        const size_t qb = (size_t)(c.Nq * c.D / 2) * sizeof(float), kb = (size_t)(c.Nk * c.D / 2) * sizeof(float);
+        void *tabs[4];
+        const char *names[4] = {"rope.q_cos", "rope.q_sin", "rope.k_cos", "rope.k_sin"};
+        const float *src[4] = {rope->q_cos, rope->q_sin, rope->k_cos, rope->k_sin};
+        for (int i = 0; i < 4; i++)
+            if ((st = device_view(cs, names[i], (void *)src[i], i < 2 ? qb : kb, 4, device, 1, &tabs[i], &staged)))
+                return st;
+        const int half = rope->style == VCATTN_ROPE_HALF_SPLIT;
+        in->qrope = {(const float *)tabs[0], (const float *)tabs[1], half};
+        in->krope = {(const float *)tabs[2], (const float *)tabs[3], half};
+    }
+    return VCATTN_OK;
+}
+
+// Everything the attention kernel reads, in the call's workspace.
+struct operands {
+    int *flag;
+    const int32_t *perm;   // this call's permutation (NULL without grouping)
+    int32_t *new_perm;     // when this call regrouped
+    float *centroids;
+    float *kmean;
+    int8_t *q_codes, *k_codes;
+    float *q_mul, *lse_shift, *k_mul;
+    uint8_t *v_records;
+    float *tile_mean, *chan_mul;
+};
+
+// Grouping (or the layer's permutation) and the three quantizers.
+vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const call_shape &c,
+                               const call_inputs &in, vcattn_layer *layer, int device, operands *op) {
+    const size_t kvh = (size_t)(c.B * c.Hkv), qh = (size_t)(c.B * c.Hq), D = (size_t)c.D, k = (size_t)c.clusters;
+    const size_t Nk = (size_t)c.Nk, Nq = (size_t)c.Nq, T = (size_t)c.T, QT = (size_t)c.QT;
+    const size_t chunks = kmeans_chunks((int)Nk);
+    const size_t mean_partials = k_channel_mean_partials((int)c.B, (int)c.Hkv, (int)Nk, (int)D);
+    const int rg = c.regroup;
+    const size_t sizes[] = {
+        sizeof(int), kvh * D * 4, mean_partials * 8,                             // flag, kmean, partials
+        rg ? kvh * Nk * 4 : 0, rg ? kvh * k * D * 4 : 0, rg ? kvh * k * 4 : 0,    // perm, centroids, norms
+        rg ? kvh * Nk * 4 : 0, rg ? kvh * chunks * k * D * 8 : 0,                // labels, sums
+        rg ? kvh * chunks * k * 4 : 0, rg ? kvh * k * 4 : 0,                     // counts, init rows
+        qh * QT * VC_Q_ROWS * D, qh * QT * VC_Q_ROWS * 4, qh * Nq * 4,            // q codes, scales, lse shift
+        kvh * T * VC_KV_ROWS * D, kvh * T * 16,                                   // k codes, scales
+        kvh * T * vc_v_record_bytes((uint32_t)D), 2 * kvh * T * D * 4, 2 * kvh * D * 4};
+    size_t total = 0;
+    for (size_t sz : sizes) total += (sz + 255) & ~size_t(255);
+    cudaError_t err = cudaMallocAsync((void **)&cs.work, total, cs.stream);
+    if (err != cudaSuccess) return cs.cuda_fail(err, "workspace");
+    op->flag = cs.take<int>(1);
+    op->kmean = cs.take<float>(kvh * D);
+    double *partials = cs.take<double>(mean_partials);
+    op->new_perm = rg ? cs.take<int32_t>(kvh * Nk) : nullptr;
+    op->perm = op->new_perm;
+    kmeans_workspace kw = {};
+    int32_t *init_rows = nullptr;
+    op->centroids = nullptr;
+    if (rg) {
+        op->centroids = cs.take<float>(kvh * k * D);
+        kw.norms = cs.take<float>(kvh * k);
+        kw.labels = cs.take<int32_t>(kvh * Nk);
+        kw.sums = cs.take<double>(kvh * chunks * k * D);
+        kw.counts = cs.take<int32_t>(kvh * chunks * k);
+        init_rows = cs.take<int32_t>(kvh * k);
+    }
+    op->q_codes = cs.take<int8_t>(qh * QT * VC_Q_ROWS * D);
+    op->q_mul = cs.take<float>(qh * QT * VC_Q_ROWS);
+    op->lse_shift = cs.take<float>(qh * Nq);
+    op->k_codes = cs.take<int8_t>(kvh * T * VC_KV_ROWS * D);
+    op->k_mul = cs.take<float>(kvh * T * 4);
+    op->v_records = cs.take<uint8_t>(kvh * T * vc_v_record_bytes((uint32_t)D));
+    op->tile_mean = cs.take<float>(kvh * T * D);
+    float *tile_amax = cs.take<float>(kvh * T * D);
+    float *chan_inv = cs.take<float>(kvh * D);
+    op->chan_mul = cs.take<float>(kvh * D);
+    if ((err = cudaMemsetAsync(op->flag, 0, sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
+
+    const float sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)D);
+    const float hadamard_scale = 1.0f / sqrtf((float)D);
+    const quant_common ck = {(int)c.B, (int)c.Hkv, (int)Nk, (int)D, cfg->check_finite, op->flag};
+    const quant_common cq = {(int)c.B, (int)c.Hq, (int)Nq, (int)D, cfg->check_finite, op->flag};
+
+    if (c.plan == VCATTN_GROUP_REUSE) {
+        if (!(op->perm = layer_device_perm(layer, kvh * Nk, device, cs.stream, &err)))
+            return cs.cuda_fail(err, "permutation upload");
+    } else if (rg) {
+        if (c.plan == VCATTN_GROUP_WARM) {
+            err = cudaMemcpyAsync(op->centroids, layer->centroids, kvh * k * D * 4, cudaMemcpyHostToDevice, cs.stream);
+        } else {
+            int32_t *rows = (int32_t *)malloc(kvh * k * 4);
+            if (!rows) return vcattn_fail(cs.ctx, VCATTN_ERR_OUT_OF_MEMORY, "cuda backend: out of host memory");
+            for (size_t g = 0; g < kvh; g++) vsmooth_init_rows((int64_t)Nk, c.clusters, cfg->kmeans_seed, g, rows + g * k);
+            err = cudaMemcpyAsync(init_rows, rows, kvh * k * 4, cudaMemcpyHostToDevice, cs.stream);
+            if (err == cudaSuccess) err = cudaStreamSynchronize(cs.stream);  // rows is pageable and freed now
+            free(rows);
+            if (err == cudaSuccess) err = kmeans_gather_rows(in.v, ck, c.clusters, init_rows, op->centroids, cs.stream);
+        }
+        if (err == cudaSuccess)
+            err = kmeans_group(in.v, ck, c.clusters,
+                               c.plan == VCATTN_GROUP_WARM ? cfg->kmeans_warm_iters : cfg->kmeans_iters,
+                               op->centroids, kw, op->new_perm, cs.stream);
+        if (err != cudaSuccess) return cs.cuda_fail(err, "k-means");
+    }
+
+    if (cfg->k_smoothing && (err = k_channel_mean(in.k, in.krope, ck, partials, op->kmean, cs.stream)))
+        return cs.cuda_fail(err, "K channel mean");
+    const float *mean = cfg->k_smoothing ? op->kmean : nullptr;
+    if ((err = quantize_k(in.k, in.krope, ck, op->perm, mean, cfg->hadamard, hadamard_scale, op->k_codes,
+                          op->k_mul, cs.stream)) ||
+        (err = quantize_q(in.q, in.qrope, cq, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
+                          op->q_codes, op->q_mul, op->lse_shift, cs.stream)) ||
+        (err = quantize_v(in.v, ck, op->perm, c.grouped, op->tile_mean, tile_amax, chan_inv, op->chan_mul,
+                          op->v_records, cs.stream)))
+        return cs.cuda_fail(err, "quantization");
+    return VCATTN_OK;
+}
+
+// Whether the quantizers saw NaN/Inf (syncs the stream).
+vcattn_status check_flag(call_state &cs, const vcattn_config *cfg, const operands &op) {
+    if (!cfg->check_finite) return VCATTN_OK;
+    cudaError_t err;
+    if ((err = cudaMallocHost((void **)&cs.host_flag, sizeof(int))) ||
+        (err = cudaMemcpyAsync(cs.host_flag, op.flag, sizeof(int), cudaMemcpyDeviceToHost, cs.stream)) ||
+        (err = cudaStreamSynchronize(cs.stream)))
+        return cs.cuda_fail(err, "non-finite check");
+    if (*cs.host_flag)
+        return vcattn_fail(cs.ctx, VCATTN_ERR_NONFINITE_INPUT, "q, k, v or the rope tables contain NaN or Inf");
+    return VCATTN_OK;
+}
+
 }  // namespace
 
 extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config *cfg,
                                         const vcattn_tensor *q, const vcattn_tensor *k,
                                         const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
                                         const vcattn_rope *rope, vcattn_layer *layer) {
-    const int64_t B = q->batch, Hq = q->heads, Hkv = k->heads, Nq = q->tokens, Nk = k->tokens, D = q->head_dim;
-    const int clusters = vsmooth_cluster_count(cfg, Nk);
-    const vcattn_grouping plan = vsmooth_resolve_plan(cfg, layer, B, Hkv, Nk, D, clusters);
-    const int grouped = plan != VCATTN_GROUP_NONE, regroup = plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM;
-    vcattn_status st = check_supported(ctx, cfg, D, clusters, plan);
+    const call_shape c = shape_of(cfg, q, k, layer);
+    vcattn_status st = check_call(ctx, cfg, c);
     if (st) return st;
-    if (Nq > INT32_MAX / 2 || Nk > INT32_MAX / 2 || Hq > 65535 || B > 65535)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
-                           "cuda backend: at most 2^30 tokens, 65535 heads and 65535 batch entries");
-
     call_state cs = {};
     cs.ctx = ctx;
     cs.stream = (cudaStream_t)ctx->cuda_stream;
@@ -181,160 +348,59 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return cs.cuda_fail(err, "cudaGetDevice");
 
-    // ---- caller buffers on the device ----
-    dev_tensor dq, dk, dv, dout;
-    int staged_q, staged_k, staged_v, out_staged = 0, lse_staged = 0;
-    if ((st = tensor_view(cs, "q", q, device, 1, &dq, &staged_q)) ||
-        (st = tensor_view(cs, "k", k, device, 1, &dk, &staged_k)) ||
-        (st = tensor_view(cs, "v", v, device, 1, &dv, &staged_v)) ||
+    call_inputs in;
+    dev_tensor dout;
+    int out_staged = 0, lse_staged = 0;
+    float *dlse = nullptr;
+    if ((st = stage_inputs(cs, c, q, k, v, rope, device, &in)) ||
         (st = tensor_view(cs, "out", out, device, 1, &dout, &out_staged)))
         return st;
-    float *dlse = nullptr;
-    if (lse && (st = device_view(cs, "lse", lse, (size_t)(B * Hq * Nq) * sizeof(float), 4, device, 0,
+    if (lse && (st = device_view(cs, "lse", lse, (size_t)(c.B * c.Hq * c.Nq) * sizeof(float), 4, device, 0,
                                  (void **)&dlse, &lse_staged)))
         return st;
-    dev_rope qrope = {nullptr, nullptr, 0}, krope = {nullptr, nullptr, 0};
-    if (rope) {
-        const size_t qb = (size_t)(Nq * D / 2) * sizeof(float), kb = (size_t)(Nk * D / 2) * sizeof(float);
-        void *tabs[4];
-        int staged;
-        const char *names[4] = {"rope.q_cos", "rope.q_sin", "rope.k_cos", "rope.k_sin"};
-        const float *src[4] = {rope->q_cos, rope->q_sin, rope->k_cos, rope->k_sin};
-        for (int i = 0; i < 4; i++)
-            if ((st = device_view(cs, names[i], (void *)src[i], i < 2 ? qb : kb, 4, device, 1, &tabs[i], &staged)))
-                return st;
-        const int half = rope->style == VCATTN_ROPE_HALF_SPLIT;
-        qrope = {(const float *)tabs[0], (const float *)tabs[1], half};
-        krope = {(const float *)tabs[2], (const float *)tabs[3], half};
-    }
+    operands op;
+    if ((st = prepare_operands(cs, cfg, c, in, layer, device, &op))) return st;
 
-    // ---- workspace ----
-    // Q tiles rounded up to even: the kernel's CTAs take two 64-row tiles.
-    const int T = (int)((Nk + VC_KV_ROWS - 1) / VC_KV_ROWS), QT = (int)((Nq + 2 * VC_Q_ROWS - 1) / (2 * VC_Q_ROWS)) * 2;
-    const size_t kvh = (size_t)(B * Hkv), qh = (size_t)(B * Hq);
-    const size_t chunks = kmeans_chunks((int)Nk), mean_partials = k_channel_mean_partials((int)B, (int)Hkv, (int)Nk, (int)D);
-    const size_t sizes[] = {
-        sizeof(int), kvh * D * 4, mean_partials * 8,                         // flag, kmean, partials
-        regroup ? kvh * Nk * 4 : 0,                                           // perm
-        regroup ? kvh * clusters * D * 4 : 0, regroup ? kvh * clusters * 4 : 0,  // centroids, norms
-        regroup ? kvh * Nk * 4 : 0, regroup ? kvh * chunks * clusters * D * 8 : 0,
-        regroup ? kvh * chunks * clusters * 4 : 0, regroup ? kvh * clusters * 4 : 0,  // labels, sums, counts, rows
-        qh * QT * VC_Q_ROWS * D, qh * QT * VC_Q_ROWS * 4, qh * Nq * 4,        // q codes, scales, lse shift
-        kvh * T * VC_KV_ROWS * D, kvh * T * 16,                               // k codes, scales
-        kvh * T * vc_v_record_bytes((uint32_t)D), 2 * kvh * T * D * 4, 2 * kvh * D * 4};
-    size_t total = 0;
-    for (size_t s : sizes) total += (s + 255) & ~size_t(255);
-    if ((err = cudaMallocAsync((void **)&cs.work, total, cs.stream)) != cudaSuccess)
-        return cs.cuda_fail(err, "workspace");
-    int *flag = cs.take<int>(1);
-    float *kmean = cs.take<float>(kvh * D);
-    double *partials = cs.take<double>(mean_partials);
-    int32_t *new_perm = regroup ? cs.take<int32_t>(kvh * Nk) : nullptr;
-    const int32_t *perm = new_perm;
-    float *centroids = nullptr;
-    kmeans_workspace kw = {};
-    int32_t *init_rows = nullptr;
-    if (regroup) {
-        centroids = cs.take<float>(kvh * clusters * D);
-        kw.norms = cs.take<float>(kvh * clusters);
-        kw.labels = cs.take<int32_t>(kvh * Nk);
-        kw.sums = cs.take<double>(kvh * chunks * clusters * D);
-        kw.counts = cs.take<int32_t>(kvh * chunks * clusters);
-        init_rows = cs.take<int32_t>(kvh * clusters);
-    }
-    int8_t *q_codes = cs.take<int8_t>(qh * QT * VC_Q_ROWS * D);
-    float *q_mul = cs.take<float>(qh * QT * VC_Q_ROWS);
-    float *lse_shift = cs.take<float>(qh * Nq);
-    int8_t *k_codes = cs.take<int8_t>(kvh * T * VC_KV_ROWS * D);
-    float *k_mul = cs.take<float>(kvh * T * 4);
-    uint8_t *v_records = cs.take<uint8_t>(kvh * T * vc_v_record_bytes((uint32_t)D));
-    float *tile_mean = cs.take<float>(kvh * T * D), *tile_amax = cs.take<float>(kvh * T * D);
-    float *chan_inv = cs.take<float>(kvh * D), *chan_mul = cs.take<float>(kvh * D);
-    if ((err = cudaMemsetAsync(flag, 0, sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
-
-    const float sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)D);
-    const float hadamard_scale = 1.0f / sqrtf((float)D);
-    const quant_common ck = {(int)B, (int)Hkv, (int)Nk, (int)D, cfg->check_finite, flag};
-    const quant_common cq = {(int)B, (int)Hq, (int)Nq, (int)D, cfg->check_finite, flag};
-
-    // ---- V-Smooth grouping: the permutation of this call ----
-    float *host_centroids = nullptr;
-    int32_t *host_perm = nullptr;
-    if (plan == VCATTN_GROUP_REUSE) {
-        if (!(perm = layer_device_perm(layer, kvh * Nk, device, cs.stream, &err)))
-            return cs.cuda_fail(err, "permutation upload");
-    } else if (regroup) {
-        if (plan == VCATTN_GROUP_WARM) {
-            err = cudaMemcpyAsync(centroids, layer->centroids, kvh * clusters * D * 4, cudaMemcpyHostToDevice, cs.stream);
-        } else {
-            int32_t *rows = (int32_t *)malloc(kvh * clusters * 4);
-            if (!rows) return vcattn_fail(ctx, VCATTN_ERR_OUT_OF_MEMORY, "cuda backend: out of host memory");
-            for (size_t g = 0; g < kvh; g++) vsmooth_init_rows(Nk, clusters, cfg->kmeans_seed, g, rows + g * clusters);
-            err = cudaMemcpyAsync(init_rows, rows, kvh * clusters * 4, cudaMemcpyHostToDevice, cs.stream);
-            if (err == cudaSuccess) err = cudaStreamSynchronize(cs.stream);  // rows is pageable and freed now
-            free(rows);
-            if (err == cudaSuccess) err = kmeans_gather_rows(dv, ck, clusters, init_rows, centroids, cs.stream);
-        }
-        if (err == cudaSuccess)
-            err = kmeans_group(dv, ck, clusters, plan == VCATTN_GROUP_WARM ? cfg->kmeans_warm_iters : cfg->kmeans_iters,
-                               centroids, kw, new_perm, cs.stream);
-        if (err != cudaSuccess) return cs.cuda_fail(err, "k-means");
-    }
-
-    // ---- quantization ----
-    if (cfg->k_smoothing && (err = k_channel_mean(dk, krope, ck, partials, kmean, cs.stream)))
-        return cs.cuda_fail(err, "K channel mean");
-    const float *mean = cfg->k_smoothing ? kmean : nullptr;
-    if ((err = quantize_k(dk, krope, ck, perm, mean, cfg->hadamard, hadamard_scale, k_codes, k_mul, cs.stream)) ||
-        (err = quantize_q(dq, qrope, cq, (int)Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, QT, q_codes,
-                          q_mul, lse_shift, cs.stream)) ||
-        (err = quantize_v(dv, ck, perm, grouped, tile_mean, tile_amax, chan_inv, chan_mul, v_records, cs.stream)))
-        return cs.cuda_fail(err, "quantization");
-
-    // ---- attention ----
     vc_attention_params p = {};
-    p.q = q_codes; p.q_mul = q_mul;
-    p.k = k_codes; p.k_mul = k_mul;
-    p.v = v_records; p.v_mul = chan_mul;
-    p.lse_shift = cfg->k_smoothing ? lse_shift : nullptr;
+    p.q = op.q_codes; p.q_mul = op.q_mul;
+    p.k = op.k_codes; p.k_mul = op.k_mul;
+    p.v = op.v_records; p.v_mul = op.chan_mul;
+    p.lse_shift = cfg->k_smoothing ? op.lse_shift : nullptr;
     p.out = const_cast<void *>(dout.data); p.out_dtype = out->dtype;
     p.out_sb = out->stride_batch; p.out_sh = out->stride_head; p.out_sn = out->stride_token;
     p.lse = dlse;
-    p.error_flag = cfg->check_finite ? flag : nullptr;
-    p.batch = (int)B; p.heads_q = (int)Hq; p.heads_kv = (int)Hkv; p.nq = (int)Nq; p.nk = (int)Nk;
-    p.q_tiles = QT; p.kv_tiles = T;
-    p.kv_group_mul = ((1ull << 32) + (uint64_t)(Hq / Hkv) - 1) / (uint64_t)(Hq / Hkv);  // exact for heads < 2^16
+    p.error_flag = cfg->check_finite ? op.flag : nullptr;
+    p.batch = (int)c.B; p.heads_q = (int)c.Hq; p.heads_kv = (int)c.Hkv; p.nq = (int)c.Nq; p.nk = (int)c.Nk;
+    p.q_tiles = c.QT; p.kv_tiles = c.T;
+    p.kv_group_mul = ((1ull << 32) + (uint64_t)(c.Hq / c.Hkv) - 1) / (uint64_t)(c.Hq / c.Hkv);  // exact for heads < 2^16
+    const float sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)c.D);
     p.score_mul = sm_scale * 1.4426950408889634f;
     p.expcast_bias = 120.0f + cfg->expcast_beta;
     // VCATTN_KERNEL=v1 selects the one-warpgroup kernel (for A/B measurements).
     const char *version = getenv("VCATTN_KERNEL");
-    if ((err = vc_attention_sm90(p, (int)D, cfg->p_format == VCATTN_P_FP8_EXPCAST, grouped,
+    if ((err = vc_attention_sm90(p, (int)c.D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped,
                                  version && strcmp(version, "v1") == 0 ? 1 : 2, cs.stream)))
         return cs.cuda_fail(err, "attention kernel");
+    if ((st = check_flag(cs, cfg, op))) return st;
 
     // ---- results ----
-    if (cfg->check_finite) {
-        if ((err = cudaMallocHost((void **)&cs.host_flag, sizeof(int))) ||
-            (err = cudaMemcpyAsync(cs.host_flag, flag, sizeof(int), cudaMemcpyDeviceToHost, cs.stream)) ||
-            (err = cudaStreamSynchronize(cs.stream)))
-            return cs.cuda_fail(err, "non-finite check");
-        if (*cs.host_flag)
-            return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "q, k, v or the rope tables contain NaN or Inf");
-    }
-    if (regroup && layer) {
-        host_centroids = (float *)malloc(kvh * clusters * D * 4);
-        host_perm = (int32_t *)malloc(kvh * Nk * 4);
+    const size_t kvh = (size_t)(c.B * c.Hkv), cents = kvh * c.clusters * c.D, perms = kvh * c.Nk;
+    float *host_centroids = nullptr;
+    int32_t *host_perm = nullptr;
+    if (c.regroup && layer) {
+        host_centroids = (float *)malloc(cents * 4);
+        host_perm = (int32_t *)malloc(perms * 4);
         if (!host_centroids || !host_perm) {
             free(host_centroids);
             free(host_perm);
             return vcattn_fail(ctx, VCATTN_ERR_OUT_OF_MEMORY, "cuda backend: out of host memory");
         }
-        cudaMemcpyAsync(host_centroids, centroids, kvh * clusters * D * 4, cudaMemcpyDeviceToHost, cs.stream);
-        cudaMemcpyAsync(host_perm, perm, kvh * Nk * 4, cudaMemcpyDeviceToHost, cs.stream);
+        cudaMemcpyAsync(host_centroids, op.centroids, cents * 4, cudaMemcpyDeviceToHost, cs.stream);
+        cudaMemcpyAsync(host_perm, op.new_perm, perms * 4, cudaMemcpyDeviceToHost, cs.stream);
     }
     if (out_staged)
         cudaMemcpyAsync(out->data, dout.data, tensor_extent(out) * dtype_size(out->dtype), cudaMemcpyDeviceToHost, cs.stream);
-    if (lse_staged) cudaMemcpyAsync(lse, dlse, (size_t)(B * Hq * Nq) * 4, cudaMemcpyDeviceToHost, cs.stream);
+    if (lse_staged) cudaMemcpyAsync(lse, dlse, (size_t)(c.B * c.Hq * c.Nq) * 4, cudaMemcpyDeviceToHost, cs.stream);
     if (out_staged || lse_staged || host_perm) err = cudaStreamSynchronize(cs.stream);
     else err = cudaGetLastError();
     if (err != cudaSuccess) {
@@ -343,12 +409,12 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
         return cs.cuda_fail(err, "attention");
     }
     if (host_perm) {
-        vsmooth_layer_adopt(layer, B, Hkv, Nk, D, clusters, host_centroids, host_perm);
+        vsmooth_layer_adopt(layer, c.B, c.Hkv, c.Nk, c.D, c.clusters, host_centroids, host_perm);
         // Keep the new permutation on the device too (best effort: without
         // it the next plain step uploads it from the host copy).
         void *keep = nullptr;
-        if (cudaMalloc(&keep, kvh * Nk * 4) == cudaSuccess &&
-            cudaMemcpyAsync(keep, new_perm, kvh * Nk * 4, cudaMemcpyDeviceToDevice, cs.stream) == cudaSuccess) {
+        if (cudaMalloc(&keep, perms * 4) == cudaSuccess &&
+            cudaMemcpyAsync(keep, op.new_perm, perms * 4, cudaMemcpyDeviceToDevice, cs.stream) == cudaSuccess) {
             layer->device_perm = keep;
             layer->device_perm_device = device;
             layer->release_device_perm = release_device_perm;
@@ -357,5 +423,70 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
             cudaGetLastError();
         }
     }
+    return VCATTN_OK;
+}
+
+extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcattn_config *cfg,
+                                                const vcattn_tensor *q, const vcattn_tensor *k,
+                                                const vcattn_tensor *v, const vcattn_rope *rope,
+                                                vcattn_layer *layer, vcattn_quantized *out) {
+    const call_shape c = shape_of(cfg, q, k, layer);
+    vcattn_status st = check_call(ctx, cfg, c);
+    if (st) return st;
+    call_state cs = {};
+    cs.ctx = ctx;
+    cs.stream = (cudaStream_t)ctx->cuda_stream;
+    int device = 0;
+    cudaGetDevice(&device);
+    call_inputs in;
+    operands op;
+    if ((st = stage_inputs(cs, c, q, k, v, rope, device, &in)) ||
+        (st = prepare_operands(cs, cfg, c, in, layer, device, &op)) || (st = check_flag(cs, cfg, op)))
+        return st;
+    const size_t kvh = (size_t)(c.B * c.Hkv), qh = (size_t)(c.B * c.Hq), D = (size_t)c.D;
+    const size_t T = (size_t)c.T, QT = (size_t)c.QT, rec = vc_v_record_bytes((uint32_t)D);
+    // Raw device images, then unpacked on the host into the CPU's row order.
+    int8_t *qc = (int8_t *)malloc(qh * QT * VC_Q_ROWS * D), *kc = (int8_t *)malloc(kvh * T * VC_KV_ROWS * D);
+    float *qm = (float *)malloc(qh * QT * VC_Q_ROWS * 4);
+    uint8_t *vr = (uint8_t *)malloc(kvh * T * rec);
+    if (!qc || !kc || !qm || !vr) {
+        free(qc); free(kc); free(qm); free(vr);
+        return vcattn_fail(ctx, VCATTN_ERR_OUT_OF_MEMORY, "cuda backend: out of host memory");
+    }
+    cudaMemcpyAsync(qc, op.q_codes, qh * QT * VC_Q_ROWS * D, cudaMemcpyDeviceToHost, cs.stream);
+    cudaMemcpyAsync(qm, op.q_mul, qh * QT * VC_Q_ROWS * 4, cudaMemcpyDeviceToHost, cs.stream);
+    cudaMemcpyAsync(kc, op.k_codes, kvh * T * VC_KV_ROWS * D, cudaMemcpyDeviceToHost, cs.stream);
+    cudaMemcpyAsync(vr, op.v_records, kvh * T * rec, cudaMemcpyDeviceToHost, cs.stream);
+    cudaMemcpyAsync(out->k_scale, op.k_mul, kvh * T * 16, cudaMemcpyDeviceToHost, cs.stream);
+    cudaMemcpyAsync(out->v_scale, op.chan_mul, kvh * D * 4, cudaMemcpyDeviceToHost, cs.stream);
+    cudaMemcpyAsync(out->k_mean, op.kmean, kvh * D * 4, cudaMemcpyDeviceToHost, cs.stream);
+    cudaMemcpyAsync(out->lse_shift, op.lse_shift, qh * c.Nq * 4, cudaMemcpyDeviceToHost, cs.stream);
+    cudaError_t err = cudaStreamSynchronize(cs.stream);
+    if (err == cudaSuccess) {
+        for (size_t g = 0; g < qh; g++)
+            for (size_t n = 0; n < (size_t)c.Nq; n++) {
+                const size_t tile = n / VC_Q_ROWS, r = n % VC_Q_ROWS;
+                out->q_scale[g * c.Nq + n] = qm[g * QT * VC_Q_ROWS + n];
+                for (size_t col = 0; col < D; col++)
+                    out->q_codes[(g * c.Nq + n) * D + col] =
+                        qc[(g * QT + tile) * VC_Q_ROWS * D + vc_tile_offset((uint32_t)r, (uint32_t)col, VC_Q_ROWS)];
+            }
+        for (size_t g = 0; g < kvh; g++)
+            for (size_t n = 0; n < (size_t)c.Nk; n++) {
+                const size_t tile = n / VC_KV_ROWS, r = n % VC_KV_ROWS;
+                const size_t pos = (r & ~size_t(15)) + vc_sigma_inverse((uint32_t)(r & 15));
+                const uint8_t *record = vr + (g * T + tile) * rec;
+                for (size_t col = 0; col < D; col++) {
+                    out->k_codes[(g * c.Nk + n) * D + col] =
+                        kc[(g * T + tile) * VC_KV_ROWS * D + vc_tile_offset((uint32_t)r, (uint32_t)col, VC_KV_ROWS)];
+                    out->v_codes[(g * c.Nk + n) * D + col] =
+                        record[vc_tile_offset((uint32_t)col, (uint32_t)pos, (uint32_t)(D + VC_ONES_ROWS))];
+                }
+                if (r == 0)
+                    memcpy(out->v_mean + (g * T + tile) * D, record + vc_vt_bytes((uint32_t)D), D * 4);
+            }
+    }
+    free(qc); free(kc); free(qm); free(vr);
+    if (err != cudaSuccess) return cs.cuda_fail(err, "quantize for test");
     return VCATTN_OK;
 }

@@ -3,7 +3,7 @@
 #ifndef VCATTN_CUDA_BACKEND_H
 #define VCATTN_CUDA_BACKEND_H
 
-#include "vcattn.h"
+#include "../core/internal.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -16,6 +16,13 @@ vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config *cfg,
                              const vcattn_tensor *q, const vcattn_tensor *k,
                              const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
                              const vcattn_rope *rope, vcattn_layer *layer);
+
+/* For tests: the GPU quantizers' outputs of one call (grouping as the layer
+ * says) in the CPU backend's row order (see vcattn_quantized). */
+vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcattn_config *cfg,
+                                     const vcattn_tensor *q, const vcattn_tensor *k,
+                                     const vcattn_tensor *v, const vcattn_rope *rope,
+                                     vcattn_layer *layer, vcattn_quantized *out);
 
 #ifdef __cplusplus
 }

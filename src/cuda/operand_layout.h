@@ -51,6 +51,11 @@ VCATTN_LAYOUT_FN uint32_t vc_sigma(uint32_t p) {
     return 2 * (p >> 2) + (p & 1) + 8 * ((p >> 1) & 1);
 }
 
+/* Key position (0..15) of token k of a 16-group: vc_sigma(vc_sigma_inverse(k)) == k. */
+VCATTN_LAYOUT_FN uint32_t vc_sigma_inverse(uint32_t k) {
+    return 4 * ((k & 7) >> 1) + (k & 1) + 2 * (k >> 3);
+}
+
 VCATTN_LAYOUT_FN uint32_t vc_vt_bytes(uint32_t d) { return (d + VC_ONES_ROWS) * VC_KV_ROWS; }
 VCATTN_LAYOUT_FN uint32_t vc_v_record_bytes(uint32_t d) { return vc_vt_bytes(d) + d * 4; }
 
