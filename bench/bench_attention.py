@@ -87,7 +87,7 @@ class Vcattn:
             raise RuntimeError(self.lib.vcattn_last_error(self.ctx).decode())
 
 
-def kernel_ms(fn, reps, name="vc_attention_kernel"):
+def kernel_ms(fn, reps, name="vc_attention"):
     """Median CUPTI duration of the kernels whose name contains `name`."""
     from torch.profiler import ProfilerActivity, profile
     fn()
@@ -136,9 +136,10 @@ def bench_shape(vc, name, shape, reps, compare_v1=False):
     row["vc_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
     row["vc_kernel_ms"], row["vc_preprocess_ms"] = kernel_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
 
-    if compare_v1:  # the one-warpgroup kernel, same inputs (VCATTN_KERNEL=v1)
-        os.environ["VCATTN_KERNEL"] = "v1"
-        row["vc_v1_kernel_ms"], _ = kernel_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
+    if compare_v1:  # both kernel versions, same inputs (VCATTN_KERNEL)
+        for version in ("v1", "v2"):
+            os.environ["VCATTN_KERNEL"] = version
+            row["vc_%s_kernel_ms" % version], _ = kernel_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
         del os.environ["VCATTN_KERNEL"]
 
     def warm_group():
@@ -183,7 +184,7 @@ def main():
         if "vc_v1_kernel_ms" in r:
             shape = (r["B"], r["H"], r["N"], r["D"])
             print("%-14s v1 kernel %5.0f TFLOP/s, v2 kernel %5.0f" % (
-                r["shape"], tflops(shape, r["vc_v1_kernel_ms"]), tflops(shape, r["vc_kernel_ms"])))
+                r["shape"], tflops(shape, r["vc_v1_kernel_ms"]), tflops(shape, r["vc_v2_kernel_ms"])))
     print("sage2* = our sage2 variant (exp-then-cast, no V-Smooth); SageAttention2 itself: %s" %
           ("timed (sage2_ms)" if any(r["sage2_ms"] for r in rows) else "not importable here"))
     meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),

@@ -115,7 +115,10 @@ vcattn_status tensor_view(call_state &cs, const char *name, const vcattn_tensor 
     void *dev = nullptr;
     const size_t es = dtype_size(t->dtype);
     vcattn_status st = device_view(cs, name, t->data, tensor_extent(t) * es, es, device, copy_in, &dev, staged);
-    *out = {dev, (int)t->dtype, t->stride_batch, t->stride_head, t->stride_token};
+    const int64_t align = 16 / (int64_t)es;  // elements per 16 bytes
+    const int vec = (uintptr_t)dev % 16 == 0 && t->stride_batch % align == 0 && t->stride_head % align == 0 &&
+                    t->stride_token % align == 0 && t->head_dim % 8 == 0;
+    *out = {dev, (int)t->dtype, t->stride_batch, t->stride_head, t->stride_token, vec};
     return st;
 }
 
@@ -376,10 +379,14 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     const float sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)c.D);
     p.score_mul = sm_scale * 1.4426950408889634f;
     p.expcast_bias = 120.0f + cfg->expcast_beta;
-    // VCATTN_KERNEL=v1 selects the one-warpgroup kernel (for A/B measurements).
-    const char *version = getenv("VCATTN_KERNEL");
-    if ((err = vc_attention_sm90(p, (int)c.D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped,
-                                 version && strcmp(version, "v1") == 0 ? 1 : 2, cs.stream)))
+    // Measured (perf-notes.md): v2 wins at D 128, v1 at D 64, where the
+    // softmax dominates and two independent CTAs per SM beat the ping-pong.
+    // VCATTN_KERNEL=v1|v2 overrides, for A/B measurements.
+    const char *forced = getenv("VCATTN_KERNEL");
+    const int version = forced && strcmp(forced, "v1") == 0 ? 1 : forced && strcmp(forced, "v2") == 0 ? 2
+                        : c.D == 64 ? 1 : 2;
+    if ((err = vc_attention_sm90(p, (int)c.D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped, version,
+                                 cs.stream)))
         return cs.cuda_fail(err, "attention kernel");
     if ((st = check_flag(cs, cfg, op))) return st;
 

@@ -10,6 +10,7 @@ struct dev_tensor {
     const void *data;
     int dtype;  // vcattn_dtype
     int64_t sb, sh, sn;
+    int vec;    // every row starts 16-byte aligned: rows load 8 elements at a time
 };
 
 struct dev_rope {

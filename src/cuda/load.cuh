@@ -35,15 +35,56 @@ static __device__ __forceinline__ double warp_sum(double x) {
     return x;
 }
 
+// Eight consecutive elements of a row (16-byte aligned) as float.
+static __device__ __forceinline__ void load8(const dev_tensor &t, int64_t at, float *v) {
+    if (t.dtype == VCATTN_DTYPE_F32) {
+        const float4 *p = reinterpret_cast<const float4 *>(static_cast<const float *>(t.data) + at);
+        const float4 a = p[0], b = p[1];
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        return;
+    }
+    const uint4 raw = *reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(t.data) + at);
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint16_t lo = (uint16_t)(w[i] & 0xffffu), hi = (uint16_t)(w[i] >> 16);
+        if (t.dtype == VCATTN_DTYPE_BF16) {
+            v[2 * i] = __uint_as_float((uint32_t)lo << 16);
+            v[2 * i + 1] = __uint_as_float((uint32_t)hi << 16);
+        } else {
+            v[2 * i] = __half2float(__ushort_as_half(lo));
+            v[2 * i + 1] = __half2float(__ushort_as_half(hi));
+        }
+    }
+}
+
 // Rows [n0, n0 + rows) of head (b, h), gathered through perm (may be NULL), as
 // float into x[rows][ld]; rows past the end are zero. The whole block loads
-// the tile at once so that many loads are in flight (the per-row alternative
-// left the quantizers latency-bound). d is a power of two.
+// the tile, 16 bytes per access where rows are aligned (the quantizers were
+// instruction-bound on per-element loads and address arithmetic). d is a
+// power of two, a multiple of 8; ld a multiple of 4.
 static __device__ void load_tile(const dev_tensor &t, const quant_common &c, int b, int h,
                                  const int32_t *perm, int n0, int rows, float *x, int ld) {
-    const int d = c.head_dim, shift = __ffs(d) - 1;
-    const int64_t head = (int64_t)b * c.heads + h;
-    for (int e = threadIdx.x; e < rows * d; e += blockDim.x) {
+    const int d = c.head_dim;
+    const int64_t head = (int64_t)b * c.heads + h, base = b * t.sb + h * t.sh;
+    if (t.vec) {
+        const int shift = __ffs(d / 8) - 1, total = rows * (d / 8);
+        for (int i = threadIdx.x; i < total; i += blockDim.x) {
+            const int r = i >> shift, col = (i & (d / 8 - 1)) * 8, n = n0 + r;
+            float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            if (n < c.tokens) {
+                load8(t, base + (int64_t)(perm ? perm[head * c.tokens + n] : n) * t.sn + col, v);
+                if (c.check_finite)
+                    for (int e = 0; e < 8; e++) checked(v[e], c);
+            }
+            float4 *dst = reinterpret_cast<float4 *>(x + r * ld + col);
+            dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+            dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+        }
+        return;
+    }
+    const int shift = __ffs(d) - 1, total = rows * d;
+    for (int e = threadIdx.x; e < total; e += blockDim.x) {
         const int r = e >> shift, col = e & (d - 1), n = n0 + r;
         float v = 0.0f;
         if (n < c.tokens) v = checked(load_elem(t, b, h, perm ? perm[head * c.tokens + n] : n, col), c);
