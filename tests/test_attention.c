@@ -10,16 +10,6 @@
 
 #include <string.h>
 
-static uint64_t rng = 88172645463325252ULL;
-static double urand(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
-static float nrand(void) {
-    double u = urand() + 1e-12, v = urand();
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
-
 static float *random_tensor(int64_t count, float scale, float offset) {
     float *x = malloc((size_t)count * sizeof *x);
     for (int64_t i = 0; i < count; i++) x[i] = offset + scale * nrand();

@@ -25,16 +25,6 @@
 #define GUARD 64
 #define GUARD_WORD 0x5aa5f00du
 
-static uint64_t rng = 0x9e3779b97f4a7c15ULL;
-static double urand(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
-static float nrand(void) {
-    double u = urand() + 1e-12, v = urand();
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
-
 typedef struct {
     const char *name;
     int64_t b, hq, hkv, nq, nk, d;

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 static int tl_passed, tl_failed;
@@ -28,6 +29,17 @@ static int tl_passed, tl_failed;
         CHECK(!isnan(tl_a) && !isnan(tl_b) && fabs(tl_a - tl_b) <= (tol), \
               "%s: %.9g vs %.9g (tol %.3g)", what, tl_a, tl_b, (double)(tol)); \
     } while (0)
+
+/* Deterministic test data: xorshift64 uniforms in [0, 1) and Box-Muller normals. */
+static uint64_t tl_rng = 88172645463325252ULL;
+static inline double urand(void) {
+    tl_rng ^= tl_rng << 13; tl_rng ^= tl_rng >> 7; tl_rng ^= tl_rng << 17;
+    return (double)(tl_rng >> 11) / 9007199254740992.0;
+}
+static inline float nrand(void) {
+    double u = urand() + 1e-12, v = urand();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
 
 static inline int tl_finish(const char *name) {
     printf("%s: %d passed, %d failed\n", name, tl_passed, tl_failed);

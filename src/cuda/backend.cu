@@ -191,6 +191,17 @@ vcattn_status check_call(vcattn_context *ctx, const vcattn_config *cfg, const ca
     return VCATTN_OK;
 }
 
+// Checks the call and binds it to the context's stream and the current device.
+vcattn_status begin_call(vcattn_context *ctx, const vcattn_config *cfg, const call_shape &c,
+                         call_state *cs, int *device) {
+    vcattn_status st = check_call(ctx, cfg, c);
+    if (st) return st;
+    cs->ctx = ctx;
+    cs->stream = (cudaStream_t)ctx->cuda_stream;
+    cudaError_t err = cudaGetDevice(device);
+    return err == cudaSuccess ? VCATTN_OK : cs->cuda_fail(err, "cudaGetDevice");
+}
+
 // The caller's q, k, v and RoPE tables on the device.
 struct call_inputs {
     dev_tensor q, k, v;
@@ -342,14 +353,11 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
                                         const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
                                         const vcattn_rope *rope, vcattn_layer *layer) {
     const call_shape c = shape_of(cfg, q, k, layer);
-    vcattn_status st = check_call(ctx, cfg, c);
-    if (st) return st;
     call_state cs = {};
-    cs.ctx = ctx;
-    cs.stream = (cudaStream_t)ctx->cuda_stream;
     int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err != cudaSuccess) return cs.cuda_fail(err, "cudaGetDevice");
+    vcattn_status st = begin_call(ctx, cfg, c, &cs, &device);
+    if (st) return st;
+    cudaError_t err;
 
     call_inputs in;
     dev_tensor dout;
@@ -438,13 +446,10 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
                                                 const vcattn_tensor *v, const vcattn_rope *rope,
                                                 vcattn_layer *layer, vcattn_quantized *out) {
     const call_shape c = shape_of(cfg, q, k, layer);
-    vcattn_status st = check_call(ctx, cfg, c);
-    if (st) return st;
     call_state cs = {};
-    cs.ctx = ctx;
-    cs.stream = (cudaStream_t)ctx->cuda_stream;
     int device = 0;
-    cudaGetDevice(&device);
+    vcattn_status st = begin_call(ctx, cfg, c, &cs, &device);
+    if (st) return st;
     call_inputs in;
     operands op;
     if ((st = stage_inputs(cs, c, q, k, v, rope, device, &in)) ||
