@@ -1,1 +1,97 @@
-"""vcattn: VC-Attention for video diffusion transformers (ctypes binding in _capi)."""
+"""vcattn: VC-Attention (V-Smooth + ExpCast-FP8 on INT8-QK / FP8-PV attention)
+for video diffusion transformers.
+
+    import vcattn
+    out = vcattn.attention(q, k, v, tensor_layout="HND")            # sageattn-style call
+    session = vcattn.Session(num_inference_steps=40)                  # grouping schedule
+    out = vcattn.attention(q, k, v, state=session.layer("block0"))
+
+Torch tensors (CPU or CUDA) and numpy arrays (CPU backend) are accepted.
+"""
+from ._core import LayerState, VcattnError, config, lib
+
+__all__ = ["attention", "Session", "LayerState", "VcattnError", "version"]
+
+
+def version():
+    return lib().vcattn_version_string().decode()
+
+
+def attention(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, return_lse=False,
+              method="vc", state=None, check_finite=True):
+    """Non-causal attention of q [B, Hq, Nq, D] (or [B, Nq, Hq, D] with
+    tensor_layout="NHD") against k, v [B, Hkv, Nk, D]; Hq a multiple of Hkv.
+
+    method: "vc" (default), "vsmooth", "sage2" (each "+hadamard"); the CPU
+    backend also runs "bf16", "fp8-naive", "sage3-4bit", "vsmooth-4bit".
+    sm_scale: softmax scale, default 1/sqrt(D). state: a LayerState (or
+    Session.layer(...)) carrying the V-Smooth grouping across denoising steps;
+    None groups on every call. return_lse: also return the log-sum-exp per
+    row, natural log, float32 [B, Hq, Nq] (as sageattn). check_finite: reject
+    NaN/Inf inputs (costs one device sync per call on the GPU).
+    Head dims on the GPU: 64 and 128; smaller multiples of 8 are zero-padded.
+    """
+    if is_causal:
+        raise NotImplementedError(
+            "vcattn: is_causal=True is not supported: V-Smooth reorders the keys by value clusters, so a "
+            "causal mask (which needs the key order) cannot be applied; video DiT self-attention is "
+            "non-causal. Use SDPA for causal layers.")
+    from ._core import _check_layout
+    _check_layout(q, k, v, tensor_layout)
+    if state is not None and not isinstance(state, LayerState):
+        raise TypeError("vcattn: state must be a vcattn.LayerState (e.g. Session.layer(name)), got %s"
+                        % type(state).__name__)
+    if type(q).__module__.startswith("numpy"):
+        from ._numpy import attention as impl
+    else:
+        from ._torch_op import attention as impl
+    out, lse = impl(q, k, v, tensor_layout, sm_scale, method, state, check_finite)
+    return (out, lse) if return_lse else out
+
+
+class Session:
+    """The denoising-step state of one generation: one LayerState per
+    attention module (created on first use), all at the session's step.
+
+        session = vcattn.Session(num_inference_steps=40)
+        for i, t in enumerate(timesteps):
+            session.step = i
+            ... vcattn.attention(q, k, v, state=session.layer(name)) ...
+    """
+
+    def __init__(self, num_inference_steps):
+        if int(num_inference_steps) < 1:
+            raise ValueError("vcattn: num_inference_steps must be >= 1, got %r" % (num_inference_steps,))
+        self.num_inference_steps = int(num_inference_steps)
+        self._step = 0
+        self._layers = {}
+
+    @property
+    def step(self):
+        return self._step
+
+    @step.setter
+    def step(self, value):
+        value = int(value)
+        if not 0 <= value < self.num_inference_steps:
+            raise ValueError("vcattn: step %d is outside [0, %d) (num_inference_steps)"
+                             % (value, self.num_inference_steps))
+        self._step = value
+        for layer in self._layers.values():
+            layer.step = value
+
+    def next_step(self):
+        """Advances one step; returns the new step."""
+        self.step = self._step + 1
+        return self._step
+
+    def layer(self, key):
+        """The LayerState of one attention module (any hashable key), at the current step."""
+        if key not in self._layers:
+            layer = LayerState(self.num_inference_steps)
+            layer.step = self._step
+            self._layers[key] = layer
+        return self._layers[key]
+
+    def __len__(self):
+        return len(self._layers)

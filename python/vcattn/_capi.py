@@ -28,11 +28,11 @@ class Config(ctypes.Structure):
 
 
 def find_library():
-    """libvcattn.so from $VCATTN_LIB or the usual build folders."""
+    """libvcattn.so: $VCATTN_LIB, the installed package's copy, or a build folder of the checkout."""
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))
-    candidates = [os.environ.get("VCATTN_LIB", "")]
-    candidates += [os.path.join(root, b, "libvcattn.so") for b in ("build-dev", "build")]
+    candidates = [os.environ.get("VCATTN_LIB", ""), os.path.join(here, "libvcattn.so")]
+    candidates += [os.path.join(root, b, "libvcattn.so") for b in ("build", "build-dev")]
     for path in candidates:
         if path and os.path.exists(path):
             return path
@@ -55,4 +55,11 @@ def load(path=None):
                                      ctypes.POINTER(Tensor), ctypes.POINTER(Tensor),
                                      ctypes.POINTER(Tensor), vp, vp, vp]
     lib.vcattn_version_string.restype = ctypes.c_char_p
+    lib.vcattn_status_string.argtypes = [i32]
+    lib.vcattn_status_string.restype = ctypes.c_char_p
+    lib.vcattn_backend_available.argtypes = [i32, ctypes.POINTER(ctypes.c_char_p)]
+    lib.vcattn_layer_step.argtypes = [vp]
+    lib.vcattn_layer_plan.argtypes = [vp, ctypes.POINTER(Config)]
+    lib.vcattn_layer_reset.argtypes = [vp]
+    lib.vcattn_context_backend.argtypes = [vp]
     return lib

@@ -1,0 +1,143 @@
+"""The Python front on the CPU: numpy and (when installed) torch CPU tensors.
+Run by ctest (`make test`); exits 77 (skipped) without numpy. GPU behaviour is
+tested on the device by python/tests/test_python_gpu.py."""
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+try:
+    import numpy as np
+except ImportError:
+    print("test_python: SKIPPED, numpy is not installed")
+    sys.exit(77)
+
+import vcattn  # noqa: E402
+
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what)
+
+
+def raises(exc, fn, needle, what):
+    try:
+        fn()
+    except exc as e:
+        check(needle in str(e), "%s: message %r lacks %r" % (what, str(e), needle))
+        return
+    except Exception as e:  # the wrong exception is a failure, not a crash
+        check(False, "%s: raised %s: %s" % (what, type(e).__name__, e))
+        return
+    check(False, "%s: no exception" % what)
+
+
+rng = np.random.default_rng(0)
+
+
+def qkv(b=1, hq=2, hkv=2, nq=200, nk=300, d=64, dtype=np.float32):
+    q = rng.standard_normal((b, hq, nq, d)).astype(dtype)
+    k = (rng.standard_normal((b, hkv, nk, d)) + 0.5).astype(dtype)
+    v = rng.standard_normal((b, hkv, nk, d)).astype(dtype)
+    return q, k, v
+
+
+def reference(q, k, v, scale=None):
+    """float64 softmax attention [B, H, N, D] with GQA, and its LSE."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
+    s = q @ k.transpose(0, 1, 3, 2) * (scale or q.shape[-1] ** -0.5)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - m)
+    return (p @ v) / p.sum(-1, keepdims=True), (m[..., 0] + np.log(p.sum(-1)))
+
+
+def rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+# ---- numpy: fidelity, LSE, layouts, GQA, inputs untouched --------------------
+q, k, v = qkv(hq=4, hkv=2)
+copies = [x.copy() for x in (q, k, v)]
+ref, ref_lse = reference(q, k, v)
+for method, tol in (("bf16", 3e-3), ("sage2", 0.06), ("vc", 0.06)):
+    out, lse = vcattn.attention(q, k, v, method=method, return_lse=True)
+    check(out.shape == q.shape and lse.shape == (1, 4, 200), "%s: shapes %s %s" % (method, out.shape, lse.shape))
+    check(rel(out, ref) < tol, "%s: rel error %.3g >= %g" % (method, rel(out, ref), tol))
+    check(np.abs(lse - ref_lse).max() < 0.05, "%s: LSE off by %.3g" % (method, np.abs(lse - ref_lse).max()))
+check(all(np.array_equal(a, b) for a, b in zip(copies, (q, k, v))), "inputs were modified")
+nhd = [np.ascontiguousarray(x.transpose(0, 2, 1, 3)) for x in (q, k, v)]
+out_hnd = vcattn.attention(q, k, v)
+out_nhd = vcattn.attention(*nhd, tensor_layout="NHD")
+check(np.array_equal(out_nhd.transpose(0, 2, 1, 3), out_hnd), "NHD and HND outputs differ")
+out_scaled = vcattn.attention(q, k, v, method="bf16", sm_scale=0.05)
+check(rel(out_scaled, reference(q, k, v, 0.05)[0]) < 3e-3, "sm_scale not applied")
+q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
+check(rel(vcattn.attention(q16, k16, v16).astype(np.float32), ref) < 0.06, "float16 numpy")
+
+# ---- bad input ----------------------------------------------------------------
+raises(NotImplementedError, lambda: vcattn.attention(q, k, v, is_causal=True), "causal", "is_causal")
+raises(ValueError, lambda: vcattn.attention(q, k, v, tensor_layout="BHSD"), "tensor_layout", "layout")
+raises(ValueError, lambda: vcattn.attention(q, k[:, :, :10], v), "shapes disagree", "shape mismatch")
+raises(ValueError, lambda: vcattn.attention(q[:, :3], k, v), "multiple of key/value heads", "GQA")
+raises(ValueError, lambda: vcattn.attention(q, k, v, method="fp16"), "unknown method", "method")
+raises(ValueError, lambda: vcattn.attention(q, k, v, sm_scale=-1.0), "sm_scale", "sm_scale")
+raises(ValueError, lambda: vcattn.attention(q.astype(np.float64), k, v), "dtype", "float64")
+raises(ValueError, lambda: vcattn.attention(q[0], k, v), "4-D", "3-D input")
+raises(TypeError, lambda: vcattn.attention(q, k, v, attn_mask=np.ones((200, 300))), "attn_mask", "mask")
+raises(TypeError, lambda: vcattn.attention(q, k, v, state=object()), "LayerState", "state type")
+bad = v.copy()
+bad[0, 1, 7, 3] = np.nan
+raises(ValueError, lambda: vcattn.attention(q, k, bad), "NaN", "NaN input")
+
+# ---- session and the grouping schedule ------------------------------------------
+s = vcattn.Session(num_inference_steps=8)
+layer = s.layer("block0")
+check(s.layer("block0") is layer and len(s) == 1, "layers are per key")
+check(layer.plan() == "cold", "step 0 plans a cold grouping, got %s" % layer.plan())
+vcattn.attention(q, k, v, state=layer)
+plans = []
+for step in range(1, 8):
+    s.step = step
+    plans.append(layer.plan())
+    vcattn.attention(q, k, v, state=layer)
+# window = ceil(0.25 * 8) = 2 steps: step 1 reuses; afterwards plain (paper default)
+check(plans == ["reuse"] + ["none"] * 6, "schedule over 8 steps: %s" % plans)
+check(s.layer("block1").step == 7, "a new layer joins at the session's step")
+raises(ValueError, lambda: setattr(s, "step", 8), "outside", "step past the end")
+raises(ValueError, s.next_step, "outside", "next_step past the end")
+raises(ValueError, lambda: vcattn.Session(0), "num_inference_steps", "zero steps")
+
+# ---- torch CPU tensors (when torch is installed) ---------------------------------
+try:
+    import torch
+except ImportError:
+    torch = None
+    print("test_python: torch not installed, torch checks SKIPPED (numpy checks ran)")
+if torch is not None:
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+    out_t, lse_t = vcattn.attention(tq, tk, tv, return_lse=True)
+    out_n, lse_n = vcattn.attention(q, k, v, return_lse=True)
+    check(np.array_equal(out_t.numpy(), out_n) and np.array_equal(lse_t.numpy(), lse_n), "torch != numpy")
+    bq, bk, bv = (x.to(torch.bfloat16) for x in (tq, tk, tv))
+    out_b = vcattn.attention(bq, bk, bv)
+    check(out_b.dtype == torch.bfloat16 and rel(out_b.float().numpy(), ref) < 0.06, "bfloat16 torch")
+    strided = torch.from_numpy(np.ascontiguousarray(nhd[0])).transpose(1, 2)  # non-contiguous HND view
+    check(torch.equal(vcattn.attention(strided, tk, tv), out_t), "strided view differs")
+    raises(ValueError, lambda: vcattn.attention(tq, tk.double(), tv), "dtype", "mixed dtypes")
+
+    def f(a, b, c):
+        return vcattn.attention(a, b, c) * 2.0
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    check(torch.equal(compiled(tq, tk, tv), out_t * 2.0), "torch.compile(fullgraph=True) result differs")
+
+print("test_python: %d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)

@@ -1,0 +1,78 @@
+"""The Python front on the GPU (run on the device; exits 77 without CUDA):
+CUDA tensors give the C API's bits, run on the current stream and device,
+survive torch.compile(fullgraph=True), pad small head dims, reject CPU/CUDA
+mixes, and keep the session's grouping on the GPU."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+try:
+    import torch
+except ImportError:
+    print("test_python_gpu: SKIPPED, torch is not installed")
+    sys.exit(77)
+if not torch.cuda.is_available():
+    print("test_python_gpu: SKIPPED, no CUDA device")
+    sys.exit(77)
+
+import vcattn  # noqa: E402
+
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    passed += bool(cond)
+    failed += not cond
+    if not cond:
+        print("FAIL:", what)
+
+
+torch.manual_seed(0)
+q, k, v = (torch.randn(2, 8, 1000, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+k = k + 0.5
+ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+out, lse = vcattn.attention(q, k, v, return_lse=True)
+check(out.is_cuda and out.dtype == torch.bfloat16 and lse.shape == (2, 8, 1000), "output placement/shape")
+check(rel(out, ref) < 0.06, "vc error %.4f" % rel(out, ref))
+scores = (q.float() @ k.float().transpose(-1, -2)) * 128 ** -0.5
+check((lse - torch.logsumexp(scores, -1)).abs().max().item() < 0.05, "LSE convention")
+cpu_out, cpu_lse = vcattn.attention(q.cpu(), k.cpu(), v.cpu(), return_lse=True)
+check(rel(out.cpu(), cpu_out) < 2e-3, "GPU vs CPU backend %.2e" % rel(out.cpu(), cpu_out))
+check(torch.equal(vcattn.attention(q, k, v), out), "repeated GPU calls differ")
+
+stream = torch.cuda.Stream()
+with torch.cuda.stream(stream):
+    out_s = vcattn.attention(q, k, v, check_finite=False)
+stream.synchronize()
+check(torch.equal(out_s, out), "side stream result differs")
+
+compiled = torch.compile(lambda a, b, c: vcattn.attention(a, b, c) + 1, fullgraph=True)
+check(torch.equal(compiled(q, k, v), out + 1), "torch.compile(fullgraph=True) differs")
+
+q96, k96, v96 = (t[..., :96].contiguous() for t in (q, k, v))
+ref96 = torch.nn.functional.scaled_dot_product_attention(q96.float(), k96.float(), v96.float())
+out96 = vcattn.attention(q96, k96, v96)
+check(out96.shape[-1] == 96 and rel(out96, ref96) < 0.06, "head dim 96 (padded) error %.4f" % rel(out96, ref96))
+try:
+    vcattn.attention(q, k.cpu(), v)
+    check(False, "CPU k with CUDA q accepted")
+except ValueError as e:
+    check("different devices" in str(e), str(e))
+
+session = vcattn.Session(num_inference_steps=40)
+layer = session.layer("attn")
+o0 = vcattn.attention(q, k, v, state=layer)
+session.step = 1
+o1 = vcattn.attention(q, k, v, state=layer)  # reuses the step-0 permutation
+check(torch.equal(o0, o1), "reused permutation gives other bits than the grouping step")
+
+print("test_python_gpu: %d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)

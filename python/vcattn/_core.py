@@ -1,0 +1,141 @@
+"""The drop-in call over the C API: torch tensors (CPU or CUDA) or numpy arrays."""
+import ctypes
+import math
+import threading
+
+from . import _capi
+
+_LAYOUTS = ("HND", "NHD")
+_GPU_HEAD_DIMS = (64, 128)
+_lib = None
+_local = threading.local()
+
+
+class VcattnError(RuntimeError):
+    """A vcattn call failed; the message is the library's."""
+
+
+def lib():
+    global _lib
+    if _lib is None:
+        _lib = _capi.load()
+    return _lib
+
+
+def _context(backend):
+    """One context per thread and backend (a context keeps its last error)."""
+    cache = getattr(_local, "contexts", None)
+    if cache is None:
+        cache = _local.contexts = {}
+    if backend not in cache:
+        ctx = ctypes.c_void_p()
+        st = lib().vcattn_create(ctypes.byref(ctx), backend)
+        if st:
+            why = ctypes.c_char_p()
+            lib().vcattn_backend_available(backend, ctypes.byref(why))
+            raise VcattnError("vcattn: cannot use the %s backend: %s" % (
+                "cuda" if backend == _capi.BACKEND_CUDA else "cpu", (why.value or b"").decode()))
+        cache[backend] = ctx
+    return cache[backend]
+
+
+def config(method="vc", sm_scale=None, check_finite=True, **switches):
+    """The C config of a method preset, with sm_scale and any field overridden."""
+    cfg = _capi.Config()
+    if lib().vcattn_config_from_method(method.encode(), ctypes.byref(cfg)):
+        raise ValueError("vcattn: unknown method %r (sage2, vsmooth, vc, bf16, fp8-naive, sage3-4bit, "
+                         "vsmooth-4bit; each may take +hadamard)" % (method,))
+    if sm_scale is not None:
+        if not (sm_scale > 0 and math.isfinite(sm_scale)):
+            raise ValueError("vcattn: sm_scale must be a positive finite number, got %r" % (sm_scale,))
+        cfg.sm_scale = float(sm_scale)
+    cfg.check_finite = int(bool(check_finite))
+    names = {f[0] for f in _capi.Config._fields_}
+    for key, value in switches.items():
+        if key not in names:
+            raise TypeError("vcattn: unknown config field %r" % (key,))
+        setattr(cfg, key, value)
+    return cfg
+
+
+class LayerState:
+    """Per-layer V-Smooth state (centroids, permutation, step): one per attention
+    module, kept across the denoising steps (paper appendix A)."""
+
+    def __init__(self, num_inference_steps):
+        if int(num_inference_steps) < 1:
+            raise ValueError("vcattn: num_inference_steps must be >= 1, got %r" % (num_inference_steps,))
+        self.num_inference_steps = int(num_inference_steps)
+        self._handle = ctypes.c_void_p()
+        if lib().vcattn_layer_create(ctypes.byref(self._handle), self.num_inference_steps):
+            raise VcattnError("vcattn: could not create a layer state")
+
+    @property
+    def step(self):
+        return lib().vcattn_layer_step(self._handle)
+
+    @step.setter
+    def step(self, value):
+        value = int(value)
+        if not 0 <= value < self.num_inference_steps:
+            raise ValueError("vcattn: step %d is outside [0, %d) (num_inference_steps)"
+                             % (value, self.num_inference_steps))
+        lib().vcattn_layer_set_step(self._handle, value)
+
+    def plan(self, method="vc"):
+        """What a call would do now: 'none', 'cold', 'warm' or 'reuse'."""
+        cfg = config(method)
+        return ("none", "cold", "warm", "reuse")[lib().vcattn_layer_plan(self._handle, ctypes.byref(cfg))]
+
+    def reset(self):
+        lib().vcattn_layer_reset(self._handle)
+
+    @property
+    def handle(self):
+        return self._handle.value or 0
+
+    def __del__(self):
+        if getattr(self, "_handle", None) and _lib is not None:
+            _lib.vcattn_layer_destroy(self._handle)
+            self._handle = ctypes.c_void_p()
+
+
+def _check_layout(q, k, v, tensor_layout):
+    if tensor_layout not in _LAYOUTS:
+        raise ValueError("vcattn: tensor_layout must be 'HND' ([B, H, N, D]) or 'NHD' ([B, N, H, D]), "
+                         "got %r" % (tensor_layout,))
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if len(t.shape) != 4:
+            raise ValueError("vcattn: %s must be 4-D (%s), got shape %s" % (name, tensor_layout, tuple(t.shape)))
+    def bhnd(t):
+        b, x, y, d = t.shape
+        return (b, x, y, d) if tensor_layout == "HND" else (b, y, x, d)
+    (bq, hq, nq, dq), (bk, hk, nk, dk), (bv, hv, nv, dv) = bhnd(q), bhnd(k), bhnd(v)
+    if not (bq == bk == bv and dq == dk == dv and hk == hv and nk == nv):
+        raise ValueError("vcattn: shapes disagree: q %s, k %s, v %s (%s)" % (
+            tuple(q.shape), tuple(k.shape), tuple(v.shape), tensor_layout))
+    if hq % hk:
+        raise ValueError("vcattn: query heads (%d) must be a multiple of key/value heads (%d)" % (hq, hk))
+    return bq, hq, hk, nq, nk, dq
+
+
+def _view(data_ptr, dtype_code, shape_bhnd, strides_bhnd):
+    b, h, n, d = shape_bhnd
+    sb, sh, sn = strides_bhnd
+    return _capi.Tensor(data_ptr, dtype_code, b, h, n, d, sb, sh, sn)
+
+
+def _raise(ctx, st):
+    msg = lib().vcattn_last_error(ctx).decode() or lib().vcattn_status_string(st).decode()
+    if st in (1, 2, 3, 4, 5, 6, 7):  # null, invalid, shape, dtype, head dim, config, non-finite
+        raise ValueError("vcattn: " + msg)
+    raise VcattnError("vcattn: " + msg)
+
+
+def run(ctx, cfg, q, k, v, out, lse_ptr, layer):
+    """q, k, v, out: (data_ptr, dtype_code, shape_bhnd, strides_bhnd) tuples."""
+    tq, tk, tv, to = (_view(*x) for x in (q, k, v, out))
+    st = lib().vcattn_attention(ctx, ctypes.byref(cfg), ctypes.byref(tq), ctypes.byref(tk), ctypes.byref(tv),
+                                ctypes.byref(to), lse_ptr, None, layer)
+    if st:
+        _raise(ctx, st)
