@@ -139,5 +139,25 @@ if torch is not None:
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     check(torch.equal(compiled(tq, tk, tv), out_t * 2.0), "torch.compile(fullgraph=True) result differs")
 
+    # ring attention on one device: keys in 3 chunks, merged through the LSE
+    from vcattn import parallel
+    for method in ("bf16", "vc"):
+        whole = vcattn.attention(tq, tk, tv, method=method)
+        bounds = (0, 100, 220, 300)
+        out_m = lse_m = None
+        for a, b in zip(bounds, bounds[1:]):
+            o, l = parallel.xdit_attention(tq, tk[:, :, a:b], tv[:, :, a:b], attention_kwargs={"method": method})
+            out_m, lse_m = (o, l) if out_m is None else parallel.merge(out_m, lse_m, o, l)
+        err_split, err_whole = rel(out_m.numpy(), ref), rel(whole.numpy(), ref)
+        check(err_split <= 1.5 * err_whole + 1e-4, "ring merge (%s): error %.3g vs the unsplit call's %.3g"
+              % (method, err_split, err_whole))
+        check(np.abs(lse_m.numpy() - ref_lse).max() < 0.05, "merged LSE (%s)" % method)
+    ro, rl = parallel.ring_forward(*(torch.from_numpy(x) for x in nhd), method="bf16")
+    check(torch.allclose(ro.transpose(1, 2), vcattn.attention(tq, tk, tv, method="bf16"), atol=1e-6), "ring_forward layout")
+    raises(ValueError, lambda: parallel.ring_forward(*(torch.from_numpy(x) for x in nhd), window_size=(8, 8)),
+           "sliding", "ring window")
+    raises(TypeError, lambda: parallel.xdit_attention(tq, tk, tv, attention_kwargs={"alibi": 1}), "attention_kwargs",
+           "xdit kwargs")
+
 print("test_python: %d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)

@@ -1,0 +1,59 @@
+"""vcattn in sequence-parallel engines. Ring attention runs attention over
+one chunk of the keys at a time and merges the partial outputs through their
+log-sum-exp; vcattn returns the LSE of the caller's scores (natural log,
+K smoothing added back), so partial results merge exactly as FlashAttention's.
+
+- `xdit_attention`: xDiT's backend contract, [B, H, S, D] -> (out, lse [B, H, S]).
+- `ring_forward`: yunchang's ring step contract, [B, S, H, D] -> (out, lse [B, H, S]).
+- `merge`: combines two partial results over disjoint key sets.
+
+Each chunk is quantized (and, with a state, grouped) on its own; pass one
+LayerState per (layer, chunk) to keep the grouping schedule per chunk.
+"""
+import torch
+
+import vcattn
+
+
+def merge(out_a, lse_a, out_b, lse_b, tensor_layout="HND"):
+    """Attention over the union of two disjoint key sets from the two partial
+    results: weights exp(lse_x - lse) with lse = logaddexp(lse_a, lse_b)."""
+    lse = torch.logaddexp(lse_a, lse_b)
+    wa, wb = torch.exp(lse_a - lse), torch.exp(lse_b - lse)
+    if tensor_layout == "HND":
+        wa, wb = wa.unsqueeze(-1), wb.unsqueeze(-1)
+    else:  # [B, S, H, D] outputs, [B, H, S] weights
+        wa, wb = wa.transpose(1, 2).unsqueeze(-1), wb.transpose(1, 2).unsqueeze(-1)
+    out = out_a.float() * wa + out_b.float() * wb
+    return out.to(out_a.dtype), lse
+
+
+def _refuse(dropout_p, is_causal):
+    if dropout_p:
+        raise ValueError("vcattn: dropout is not supported (dropout_p must be 0)")
+    if is_causal:
+        raise NotImplementedError("vcattn: causal attention is not supported (V-Smooth reorders the keys)")
+
+
+def xdit_attention(query, key, value, dropout_p=0.0, is_causal=False, attention_kwargs=None):
+    """xDiT attention backend: [B, H, S, D] tensors, returns (output, lse)."""
+    _refuse(dropout_p, is_causal)
+    kwargs = dict(attention_kwargs or {})
+    scale = kwargs.pop("softmax_scale", kwargs.pop("scale", None))
+    method, state = kwargs.pop("method", "vc"), kwargs.pop("state", None)
+    if kwargs.pop("attn_mask", None) is not None:
+        raise ValueError("vcattn: attention masks are not supported")
+    if kwargs:
+        raise TypeError("vcattn: unsupported attention_kwargs %s" % sorted(kwargs))
+    return vcattn.attention(query, key, value, tensor_layout="HND", sm_scale=scale, return_lse=True,
+                            method=method, state=state, check_finite=False)
+
+
+def ring_forward(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                 softcap=0.0, alibi_slopes=None, return_softmax=False, method="vc", state=None):
+    """yunchang's per-step ring forward: q, k, v [B, S, H, D]; returns (out [B, S, H, D], lse [B, H, S])."""
+    _refuse(dropout_p, causal)
+    if tuple(window_size) != (-1, -1) or softcap or alibi_slopes is not None or return_softmax:
+        raise ValueError("vcattn: sliding windows, softcap, ALiBi and returned softmax are not supported")
+    return vcattn.attention(q, k, v, tensor_layout="NHD", sm_scale=softmax_scale, return_lse=True,
+                            method=method, state=state, check_finite=False)
