@@ -22,6 +22,7 @@
 #include "formats/halfs.h"
 #include "vsmooth/vsmooth.h"
 #include "expcast_study.h"
+#include "studies.h"
 #include "metrics.h"
 #include "npy.h"
 
@@ -88,6 +89,9 @@ static const char USAGE_EVAL[] =
     "  --backend cpu|cuda|auto   (default auto)\n"
     "  --dtype bf16|f16|f32      input precision (default bf16)\n"
     "  --threads N               CPU threads (default: all cores)\n"
+    "  --study NAME              instead of the table: orders (V error and energy\n"
+    "                            share by token order), expcast (ExpCast row\n"
+    "                            statistics against the bound) or studies (both)\n"
     "  --json                    one JSON object on stdout\n";
 
 static const char USAGE_EXPCAST[] =
@@ -218,6 +222,7 @@ typedef struct {
     int threads;
     const char *out_path;
     int json;
+    const char *study;                   /* eval --study: orders, expcast, studies */
     /* switches on top of the method: -1 (floats: NAN) = as the method says */
     int hadamard, k_smoothing, vsmooth, qk, p, v, clusters, iters;
     float beta, sm_scale;
@@ -227,7 +232,7 @@ typedef enum {
     OPT_HELP, OPT_JSON, OPT_Q, OPT_K, OPT_V, OPT_V_FORMAT, OPT_BF16, OPT_LAYOUT, OPT_WORKLOAD,
     OPT_SEED, OPT_METHOD, OPT_BACKEND, OPT_DTYPE, OPT_THREADS, OPT_OUT, OPT_HADAMARD,
     OPT_NO_HADAMARD, OPT_K_SMOOTHING, OPT_NO_K_SMOOTHING, OPT_VSMOOTH, OPT_NO_VSMOOTH, OPT_QK,
-    OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE
+    OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY
 } opt_id;
 
 typedef struct {
@@ -252,6 +257,7 @@ static const opt_spec OPTS[] = {
     {"--qk", OPT_QK, 1, 1},           {"--p", OPT_P, 1, 1},
     {"--clusters", OPT_CLUSTERS, 1, 1}, {"--iters", OPT_ITERS, 1, 1},
     {"--beta", OPT_BETA, 1, 1},       {"--sm-scale", OPT_SM_SCALE, 1, 1},
+    {"--study", OPT_STUDY, 1, 0},
 };
 #define NUM_OPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -365,6 +371,12 @@ static int parse_options(int argc, char **argv, options *o) {
         case OPT_SM_SCALE:
             if (!parse_float(val, 0.0, 1e30, 0, &o->sm_scale))
                 return usage_error(cmd, "--sm-scale: '%s' is not a finite number >= 0", val);
+            break;
+        case OPT_STUDY:
+            if (run) return usage_error(cmd, "--study belongs to eval");
+            if (strcmp(val, "orders") && strcmp(val, "expcast") && strcmp(val, "studies"))
+                return usage_error(cmd, "unknown study '%s' (one of: orders, expcast, studies)", val);
+            o->study = val;
             break;
         }
         if (rc != PROCEED) return rc;
@@ -732,23 +744,6 @@ static vcattn_status attention_or_cpu(vcattn_context *ctx, vcattn_context *cpu_c
 }
 
 /* The permutation a cold-start V-Smooth call computes for kv head `stream`. */
-static vcattn_status group_rows(const vcattn_config *cfg, const float *x, int64_t n, int64_t d,
-                                uint64_t stream, int32_t *perm) {
-    int clusters = vsmooth_cluster_count(cfg, n);
-    float *centroids = malloc((size_t)clusters * (size_t)d * sizeof *centroids);
-    int32_t *labels = malloc((size_t)n * sizeof *labels);
-    vcattn_status st = VCATTN_ERR_OUT_OF_MEMORY;
-    if (centroids && labels) {
-        vsmooth_init_centroids(x, n, d, clusters, cfg->kmeans_seed, stream, centroids);
-        vsmooth_kmeans(x, n, d, clusters, cfg->kmeans_iters, centroids, labels);
-        vsmooth_argsort_labels(labels, n, clusters, perm);
-        st = VCATTN_OK;
-    }
-    free(centroids);
-    free(labels);
-    return st;
-}
-
 /* Per kv head: V as the attention sees it (input dtype, no RoPE), grouped as a
  * cold-start call of cfg groups it when cfg->vsmooth, quantized and rebuilt:
  * |V - V_hat|_F / |V|_F over all heads into *v_err (if set). With energy set,
@@ -767,7 +762,7 @@ static vcattn_status value_analysis(const vcattn_config *cfg, const vcattn_tenso
     for (int64_t g = 0; g < heads; g++) {
         for (int64_t t = 0; t < n; t++)
             vcattn_tensor_load_row(v, g / v->heads, g % v->heads, t, x + t * d);
-        if ((cfg->vsmooth || energy) && (st = group_rows(cfg, x, n, d, (uint64_t)g, perm)))
+        if ((cfg->vsmooth || energy) && (st = study_group_rows(cfg, x, n, d, (uint64_t)g, perm)))
             goto done;
         if (energy) {
             energy[0] += vsmooth_block_mean_energy_share(x, n, d, NULL, ENERGY_BLOCK) / heads;
@@ -802,7 +797,41 @@ static double l2_diff(const float *a, const float *b, int64_t count) {
     return sqrt(s);
 }
 
+/* eval --study: the fidelity studies on the CPU (tools/studies.c). */
+static int cmd_study(const options *o) {
+    inputs in;
+    char err[ERRLEN];
+    vcattn_status st = load_inputs(o, &in, err);
+    if (st) {
+        int rc = lib_error(st, err);
+        inputs_free(&in);
+        return rc;
+    }
+    vcattn_config cfg;
+    vcattn_config_from_method("vc", &cfg);
+    study_order orders[STUDY_ORDER_COUNT];
+    study_expcast ex;
+    int want_orders = strcmp(o->study, "expcast") != 0, want_ex = strcmp(o->study, "orders") != 0;
+    if (want_orders) {
+        fprintf(stderr, "[study] token orders ...\n");
+        st = study_orders(&in.v, in.w.frames, in.w.height, in.w.width, &cfg, orders);
+    }
+    if (!st && want_ex) {
+        fprintf(stderr, "[study] ExpCast rows ...\n");
+        st = study_expcast_rows(&in.q, &in.k, in.has_rope ? &in.rope : NULL, cfg.sm_scale, cfg.expcast_beta, &ex);
+    }
+    int rc = 0;
+    if (st) rc = lib_error(st, "study");
+    else {
+        if (!o->json) printf("%s\n\n", in.source);
+        study_print(want_orders ? orders : NULL, want_ex ? &ex : NULL, o->json, stdout);
+    }
+    inputs_free(&in);
+    return rc;
+}
+
 static int cmd_eval(const options *o) {
+    if (o->study) return cmd_study(o);
     vcattn_context *ctx = NULL, *cpu_ctx = NULL;
     inputs in;
     char err[ERRLEN];

@@ -1,8 +1,8 @@
 /* FP64 reference attention; see reference.h. Per (batch, kv head) the keys
  * and values are decoded (and K rotated) once into double buffers, then every
  * query row of the heads sharing that kv head is done on its own: scores,
- * direct softmax, P V, all in double and in a fixed order, so the result does
- * not depend on the thread count. */
+ * then the visitor (direct softmax and P V for the attention), all in double
+ * and in a fixed order, so the result does not depend on the thread count. */
 #include "reference.h"
 
 #include <math.h>
@@ -41,9 +41,9 @@ static void rope_row_f64(double *x, int64_t d, const float *cos_tab, const float
     }
 }
 
-vcattn_status vcattn_reference_attention(const vcattn_tensor *q, const vcattn_tensor *k,
-                                         const vcattn_tensor *v, const vcattn_rope *rope,
-                                         float sm_scale, double *out, double *lse) {
+vcattn_status vcattn_reference_rows(const vcattn_tensor *q, const vcattn_tensor *k,
+                                    const vcattn_tensor *v, const vcattn_rope *rope, float sm_scale,
+                                    vcattn_row_visitor visit, void *ctx) {
     const int64_t B = q->batch, Hq = q->heads, Hkv = k->heads, Nq = q->tokens, Nk = k->tokens;
     const int64_t D = q->head_dim, group = Hq / Hkv;
     const double scale = sm_scale != 0.0f ? (double)sm_scale : 1.0 / sqrt((double)D);
@@ -61,39 +61,59 @@ vcattn_status vcattn_reference_attention(const vcattn_tensor *q, const vcattn_te
 #pragma omp parallel for schedule(static)
             for (int64_t j = 0; j < Nk; j++) {
                 load_row_f64(k, b, hk, j, kd + j * D);
-                load_row_f64(v, b, hk, j, vd + j * D);
+                if (v) load_row_f64(v, b, hk, j, vd + j * D);
                 if (rope) rope_row_f64(kd + j * D, D, rope->k_cos, rope->k_sin, j, rope->style);
             }
 #pragma omp parallel for schedule(dynamic, 16)
             for (int64_t r = 0; r < group * Nq; r++) {
                 int64_t hq = hk * group + r / Nq, i = r % Nq;
-                double *s = scratch + (size_t)omp_get_thread_num() * scratch_len, *qr = s + Nk;
+                int thread = omp_get_thread_num();
+                double *s = scratch + (size_t)thread * scratch_len, *qr = s + Nk;
                 load_row_f64(q, b, hq, i, qr);
                 if (rope) rope_row_f64(qr, D, rope->q_cos, rope->q_sin, i, rope->style);
-                double mx = -INFINITY;
                 for (int64_t j = 0; j < Nk; j++) {
                     const double *kr = kd + j * D;
                     double dot = 0.0;
                     for (int64_t d = 0; d < D; d++) dot += qr[d] * kr[d];
                     s[j] = scale * dot;
-                    if (s[j] > mx) mx = s[j];
                 }
-                double sum = 0.0;
-                for (int64_t j = 0; j < Nk; j++) {
-                    s[j] = exp(s[j] - mx);
-                    sum += s[j];
-                }
-                double *o = out + ((b * Hq + hq) * Nq + i) * D;
-                for (int64_t d = 0; d < D; d++) o[d] = 0.0;
-                for (int64_t j = 0; j < Nk; j++) {
-                    const double *vr = vd + j * D;
-                    for (int64_t d = 0; d < D; d++) o[d] += s[j] * vr[d];
-                }
-                for (int64_t d = 0; d < D; d++) o[d] /= sum;
-                if (lse) lse[(b * Hq + hq) * Nq + i] = mx + log(sum);
+                visit(ctx, thread, b, hq, i, s, v ? vd : NULL, Nk, D);
             }
         }
     }
     free(buf);
     return VCATTN_OK;
+}
+
+typedef struct {
+    int64_t hq, nq;
+    double *out, *lse;
+} attention_sink;
+
+/* Direct softmax of one score row and its P V. */
+static void attend_row(void *ctx, int thread, int64_t b, int64_t hq, int64_t i, double *s,
+                       const double *vd, int64_t nk, int64_t d_head) {
+    const attention_sink *a = ctx;
+    double mx = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < nk; j++)
+        if (s[j] > mx) mx = s[j];
+    for (int64_t j = 0; j < nk; j++) {
+        s[j] = exp(s[j] - mx);
+        sum += s[j];
+    }
+    double *o = a->out + ((b * a->hq + hq) * a->nq + i) * d_head;
+    for (int64_t d = 0; d < d_head; d++) o[d] = 0.0;
+    for (int64_t j = 0; j < nk; j++) {
+        const double *vr = vd + j * d_head;
+        for (int64_t d = 0; d < d_head; d++) o[d] += s[j] * vr[d];
+    }
+    for (int64_t d = 0; d < d_head; d++) o[d] /= sum;
+    if (a->lse) a->lse[(b * a->hq + hq) * a->nq + i] = mx + log(sum);
+}
+
+vcattn_status vcattn_reference_attention(const vcattn_tensor *q, const vcattn_tensor *k,
+                                         const vcattn_tensor *v, const vcattn_rope *rope,
+                                         float sm_scale, double *out, double *lse) {
+    attention_sink sink = {q->heads, q->tokens, out, lse};
+    return vcattn_reference_rows(q, k, v, rope, sm_scale, attend_row, &sink);
 }

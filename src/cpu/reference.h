@@ -13,4 +13,14 @@ vcattn_status vcattn_reference_attention(const vcattn_tensor *q, const vcattn_te
                                          const vcattn_tensor *v, const vcattn_rope *rope,
                                          float sm_scale, double *out, double *lse);
 
+/* The exact scores row by row: for every query row (b, hq, i), s[Nk] in
+ * double (sm_scale applied, RoPE as given) is passed to visit, with the kv
+ * head's values v_rows [Nk][D] in double (NULL when v is NULL). Rows run in
+ * parallel (OpenMP): visit must only write row-owned or per-thread data. */
+typedef void (*vcattn_row_visitor)(void *ctx, int thread, int64_t b, int64_t hq, int64_t i,
+                                   double *scores, const double *v_rows, int64_t nk, int64_t d);
+vcattn_status vcattn_reference_rows(const vcattn_tensor *q, const vcattn_tensor *k,
+                                    const vcattn_tensor *v, const vcattn_rope *rope, float sm_scale,
+                                    vcattn_row_visitor visit, void *ctx);
+
 #endif

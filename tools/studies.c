@@ -1,0 +1,333 @@
+/* Fidelity studies; see studies.h. */
+#include "studies.h"
+
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "cpu/cpu_backend.h"
+#include "cpu/reference.h"
+#include "formats/formats.h"
+#include "expcast_study.h"
+#include "vsmooth/vsmooth.h"
+
+#define BLOCK VCATTN_TILE
+
+vcattn_status study_group_rows(const vcattn_config *cfg, const float *x, int64_t n, int64_t d,
+                               uint64_t stream, int32_t *perm) {
+    int clusters = vsmooth_cluster_count(cfg, n);
+    float *centroids = malloc((size_t)clusters * (size_t)d * sizeof *centroids);
+    int32_t *labels = malloc((size_t)n * sizeof *labels);
+    vcattn_status st = VCATTN_ERR_OUT_OF_MEMORY;
+    if (centroids && labels) {
+        vsmooth_init_centroids(x, n, d, clusters, cfg->kmeans_seed, stream, centroids);
+        vsmooth_kmeans(x, n, d, clusters, cfg->kmeans_iters, centroids, labels);
+        vsmooth_argsort_labels(labels, n, clusters, perm);
+        st = VCATTN_OK;
+    }
+    free(centroids);
+    free(labels);
+    return st;
+}
+
+/* Tokens in spatiotemporal cubes of ct x ch x cw (raster order inside each,
+ * cubes in raster order, clipped at the grid's edges). */
+static void cube_order(int frames, int height, int width, int ct, int ch, int cw, int32_t *perm) {
+    int64_t at = 0;
+    for (int t0 = 0; t0 < frames; t0 += ct)
+        for (int h0 = 0; h0 < height; h0 += ch)
+            for (int w0 = 0; w0 < width; w0 += cw)
+                for (int t = t0; t < t0 + ct && t < frames; t++)
+                    for (int h = h0; h < h0 + ch && h < height; h++)
+                        for (int w = w0; w < w0 + cw && w < width; w++)
+                            perm[at++] = (int32_t)(((int64_t)t * height + h) * width + w);
+}
+
+typedef struct {
+    float dist;
+    int32_t token, cluster;
+} candidate;
+
+static int by_distance(const void *a, const void *b) {
+    const candidate *x = a, *y = b;
+    if (x->dist != y->dist) return x->dist < y->dist ? -1 : 1;
+    if (x->token != y->token) return x->token < y->token ? -1 : 1;
+    return x->cluster - y->cluster;
+}
+
+/* Size-balanced k-means: k-means with one cluster per 128-row block, then
+ * every token goes to the nearest centroid that still has room (greedy over
+ * all token-centroid pairs by distance), so every block holds one cluster. */
+static vcattn_status balanced_order(const vcattn_config *cfg, const float *x, int64_t n, int64_t d,
+                                    uint64_t stream, int32_t *perm) {
+    int k = (int)((n + BLOCK - 1) / BLOCK);
+    float *cent = malloc((size_t)k * (size_t)d * sizeof *cent);
+    int32_t *labels = malloc((size_t)n * sizeof *labels);
+    int64_t *room = malloc((size_t)k * sizeof *room);
+    candidate *pairs = malloc((size_t)(n * k) * sizeof *pairs);
+    vcattn_status st = VCATTN_ERR_OUT_OF_MEMORY;
+    if (cent && labels && room && pairs) {
+        vsmooth_init_centroids(x, n, d, k, cfg->kmeans_seed, stream, cent);
+        vsmooth_kmeans(x, n, d, k, cfg->kmeans_iters, cent, labels);
+        for (int64_t t = 0; t < n; t++)
+            for (int c = 0; c < k; c++) {
+                double s = 0.0;
+                for (int64_t i = 0; i < d; i++) {
+                    double e = (double)x[t * d + i] - cent[(int64_t)c * d + i];
+                    s += e * e;
+                }
+                pairs[t * k + c] = (candidate){(float)s, (int32_t)t, c};
+            }
+        qsort(pairs, (size_t)(n * k), sizeof *pairs, by_distance);
+        for (int c = 0; c < k; c++) room[c] = c < k - 1 ? BLOCK : n - (int64_t)(k - 1) * BLOCK;
+        for (int64_t t = 0; t < n; t++) labels[t] = -1;
+        for (int64_t p = 0; p < n * k; p++) {
+            candidate *c = &pairs[p];
+            if (labels[c->token] >= 0 || room[c->cluster] == 0) continue;
+            labels[c->token] = c->cluster;
+            room[c->cluster]--;
+        }
+        vsmooth_argsort_labels(labels, n, k, perm);
+        st = VCATTN_OK;
+    }
+    free(cent); free(labels); free(room); free(pairs);
+    return st;
+}
+
+/* Quantizes rows x (in the given order) as cfg says and accumulates the error. */
+static vcattn_status add_error(const vcattn_config *cfg, const float *x, const int32_t *perm, int64_t n,
+                               int64_t d, float *xp, float *xh, double *num, double *den) {
+    for (int64_t t = 0; t < n; t++)
+        memcpy(xp + t * d, x + (perm ? perm[t] : t) * d, (size_t)d * sizeof *xp);
+    vcattn_status st = cpu_value_roundtrip(cfg, xp, n, d, xh);
+    if (st) return st;
+    for (int64_t i = 0; i < n * d; i++) {
+        double e = (double)xp[i] - xh[i];
+        *num += e * e;
+        *den += (double)xp[i] * xp[i];
+    }
+    return VCATTN_OK;
+}
+
+vcattn_status study_orders(const vcattn_tensor *v, int frames, int height, int width,
+                           const vcattn_config *cfg, study_order out[STUDY_ORDER_COUNT]) {
+    const int64_t n = v->tokens, d = v->head_dim, heads = v->batch * v->heads;
+    static const char *const names[STUDY_ORDER_COUNT] = {
+        "no demeaning", "sequence", "cube", "k-means", "balanced k-means", "hadamard"};
+    vcattn_config fp8, fp4;
+    vcattn_config_from_method("vsmooth", &fp8);
+    vcattn_config_from_method("vsmooth-4bit", &fp4);
+    fp8.kmeans_clusters = fp4.kmeans_clusters = cfg->kmeans_clusters;
+    double num[STUDY_ORDER_COUNT][2] = {{0}}, den[STUDY_ORDER_COUNT][2] = {{0}};
+    double energy[STUDY_ORDER_COUNT] = {0};
+    int ct = frames >= 2 ? 2 : 1, cs = ct == 2 ? 8 : 16;  /* 2x8x8 (or 1x8x16) = 128 tokens */
+    int has_grid = frames > 0 && (int64_t)frames * height * width == n;
+    /* The greedy balanced assignment sorts all token-centroid pairs: small inputs only. */
+    int balanced_ok = n * ((n + BLOCK - 1) / BLOCK) <= 20000000;
+
+    float *x = malloc((size_t)(n * d) * sizeof *x), *xp = malloc((size_t)(n * d) * sizeof *xp);
+    float *xh = malloc((size_t)(n * d) * sizeof *xh);
+    int32_t *perm = malloc((size_t)n * sizeof *perm);
+    vcattn_status st = VCATTN_ERR_OUT_OF_MEMORY;
+    if (!x || !xp || !xh || !perm) goto done;
+    for (int64_t g = 0; g < heads; g++) {
+        for (int64_t t = 0; t < n; t++) vcattn_tensor_load_row(v, g / v->heads, g % v->heads, t, x + t * d);
+        for (int o = 0; o < STUDY_ORDER_COUNT; o++) {
+            const int32_t *order = NULL;
+            if (o == 2) {
+                if (!has_grid) continue;
+                cube_order(frames, height, width, ct, cs, cs, perm);
+                order = perm;
+            } else if (o == 3) {
+                if ((st = study_group_rows(cfg, x, n, d, (uint64_t)g, perm))) goto done;
+                order = perm;
+            } else if (o == 4) {
+                if (!balanced_ok) continue;
+                if ((st = balanced_order(cfg, x, n, d, (uint64_t)g, perm))) goto done;
+                order = perm;
+            }
+            if (o == 5 && !vcattn_is_pow2(d)) continue;
+            if (o == 0 || o == 5) {  /* SageAttention2's V path: per channel, no demeaning */
+                vcattn_config plain8 = fp8, plain4 = fp4;
+                plain8.vsmooth = plain4.vsmooth = 0;
+                const float *src = x;
+                if (o == 5) {  /* rotate the channels; the error is measured after rotating back */
+                    for (int64_t t = 0; t < n; t++) {
+                        memcpy(xh + t * d, x + t * d, (size_t)d * sizeof *xh);
+                        cpu_hadamard(xh + t * d, d);
+                    }
+                    memcpy(x, xh, (size_t)(n * d) * sizeof *x);  /* orthonormal: errors are preserved */
+                    src = x;
+                }
+                if ((st = add_error(&plain8, src, NULL, n, d, xp, xh, &num[o][0], &den[o][0])) ||
+                    (st = add_error(&plain4, src, NULL, n, d, xp, xh, &num[o][1], &den[o][1])))
+                    goto done;
+                energy[o] = -1.0;
+                continue;
+            }
+            if ((st = add_error(&fp8, x, order, n, d, xp, xh, &num[o][0], &den[o][0])) ||
+                (st = add_error(&fp4, x, order, n, d, xp, xh, &num[o][1], &den[o][1])))
+                goto done;
+            energy[o] += vsmooth_block_mean_energy_share(x, n, d, order, BLOCK) / (double)heads;
+        }
+    }
+    for (int o = 0; o < STUDY_ORDER_COUNT; o++) {
+        study_order *r = &out[o];
+        memset(r, 0, sizeof *r);
+        r->name = names[o];
+        r->available = (o != 2 || has_grid) && (o != 4 || balanced_ok) && (o != 5 || vcattn_is_pow2(d));
+        r->v_err_fp8 = den[o][0] > 0.0 ? sqrt(num[o][0] / den[o][0]) : 0.0;
+        r->v_err_fp4 = den[o][1] > 0.0 ? sqrt(num[o][1] / den[o][1]) : 0.0;
+        r->energy_share = energy[o];
+        if (o == 2) snprintf(r->label, sizeof r->label, "cube %dx%dx%d", ct, cs, cs);
+        else if (o == 3) snprintf(r->label, sizeof r->label, "k-means (k=%d)", vsmooth_cluster_count(cfg, n));
+        else if (o == 4) snprintf(r->label, sizeof r->label, "balanced k-means (k=%lld)", (long long)((n + BLOCK - 1) / BLOCK));
+        else if (o == 5) snprintf(r->label, sizeof r->label, "hadamard (no demeaning)");
+        else snprintf(r->label, sizeof r->label, "%s", names[o]);
+    }
+    st = VCATTN_OK;
+done:
+    free(x); free(xp); free(xh); free(perm);
+    return st;
+}
+
+/* ------------------------------------------------------------ ExpCast rows */
+
+typedef struct {
+    float beta;
+    double bound;
+    double *acc;  /* per thread: rows, tv sum x2, tv max x2, tau sum, no-underflow, violations, min slack */
+} expcast_sink;
+
+enum { ACC_ROWS, ACC_TV0, ACC_TV1, ACC_MAX0, ACC_MAX1, ACC_TAU, ACC_CLEAN, ACC_CLEAN_MAX, ACC_VIOL, ACC_SLACK, ACC_N };
+
+static void expcast_row(void *ctx, int thread, int64_t b, int64_t hq, int64_t i, double *s,
+                        const double *v_rows, int64_t nk, int64_t d) {
+    expcast_sink *e = ctx;
+    double *acc = e->acc + (size_t)thread * ACC_N;
+    double mx = -INFINITY, sum = 0.0, sum_x = 0.0, sum_c = 0.0, tau = 0.0;
+    for (int64_t j = 0; j < nk; j++) mx = fmax(mx, s[j]);
+    for (int64_t j = 0; j < nk; j++) sum += exp(s[j] - mx);
+    /* Two passes: the normalizers of both encodings, then the distances. */
+    for (int64_t j = 0; j < nk; j++) {
+        float u = (float)((s[j] - mx) * 1.4426950408889634);
+        uint8_t c = vcattn_expcast_code(vcattn_expcast_arg(u, e->beta));
+        sum_x += vcattn_e4m3_decode(c);
+        sum_c += vcattn_e4m3_decode(vcattn_expthencast_code(u));
+        if (c == 0) tau += exp(s[j] - mx) / sum;
+    }
+    double tv0 = 0.0, tv1 = 0.0;
+    for (int64_t j = 0; j < nk; j++) {
+        float u = (float)((s[j] - mx) * 1.4426950408889634);
+        double p = exp(s[j] - mx) / sum;
+        tv0 += fabs(vcattn_e4m3_decode(vcattn_expcast_code(vcattn_expcast_arg(u, e->beta))) / sum_x - p);
+        tv1 += fabs(vcattn_e4m3_decode(vcattn_expthencast_code(u)) / sum_c - p);
+    }
+    tv0 *= 0.5;
+    tv1 *= 0.5;
+    double slack = e->bound + tau - tv0;
+    acc[ACC_ROWS] += 1.0;
+    acc[ACC_TV0] += tv0;
+    acc[ACC_TV1] += tv1;
+    acc[ACC_MAX0] = fmax(acc[ACC_MAX0], tv0);
+    acc[ACC_MAX1] = fmax(acc[ACC_MAX1], tv1);
+    acc[ACC_TAU] += tau;
+    acc[ACC_CLEAN] += tau == 0.0;
+    if (tau == 0.0) acc[ACC_CLEAN_MAX] = fmax(acc[ACC_CLEAN_MAX], tv0);
+    acc[ACC_VIOL] += slack < 0.0;
+    acc[ACC_SLACK] = fmin(acc[ACC_SLACK], slack);
+}
+
+vcattn_status study_expcast_rows(const vcattn_tensor *q, const vcattn_tensor *k,
+                                 const vcattn_rope *rope, float sm_scale, float beta,
+                                 study_expcast *out) {
+    expcast_facts facts;
+    expcast_compute(beta, &facts);
+    int threads = omp_get_max_threads();
+    expcast_sink sink = {beta, facts.tv_bound, calloc((size_t)threads * ACC_N, sizeof(double))};
+    if (!sink.acc) return VCATTN_ERR_OUT_OF_MEMORY;
+    for (int t = 0; t < threads; t++) sink.acc[t * ACC_N + ACC_SLACK] = INFINITY;
+    vcattn_status st = vcattn_reference_rows(q, k, NULL, rope, sm_scale, expcast_row, &sink);
+    memset(out, 0, sizeof *out);
+    out->tv_bound = facts.tv_bound;
+    out->worst_slack = INFINITY;
+    for (int t = 0; t < threads; t++) {
+        const double *a = sink.acc + (size_t)t * ACC_N;
+        out->rows += (int64_t)a[ACC_ROWS];
+        out->tv_mean[0] += a[ACC_TV0];
+        out->tv_mean[1] += a[ACC_TV1];
+        out->tv_max[0] = fmax(out->tv_max[0], a[ACC_MAX0]);
+        out->tv_max[1] = fmax(out->tv_max[1], a[ACC_MAX1]);
+        out->tau_mean += a[ACC_TAU];
+        out->no_underflow += (int64_t)a[ACC_CLEAN];
+        out->tv_max_no_underflow = fmax(out->tv_max_no_underflow, a[ACC_CLEAN_MAX]);
+        out->violations += (int64_t)a[ACC_VIOL];
+        out->worst_slack = fmin(out->worst_slack, a[ACC_SLACK]);
+    }
+    if (out->rows) {
+        out->tv_mean[0] /= (double)out->rows;
+        out->tv_mean[1] /= (double)out->rows;
+        out->tau_mean /= (double)out->rows;
+    }
+    free(sink.acc);
+    return st;
+}
+
+/* ---------------------------------------------------------------- output */
+
+void study_print(const study_order orders[STUDY_ORDER_COUNT], const study_expcast *ex, int json,
+                 FILE *f) {
+    if (json) {
+        fprintf(f, "{\"orders\": [");
+        for (int o = 0, first = 1; orders && o < STUDY_ORDER_COUNT; o++) {
+            const study_order *r = &orders[o];
+            if (!r->available) continue;
+            fprintf(f, "%s{\"order\": \"%s\", \"v_err_fp8\": %.6g, \"v_err_fp4\": %.6g, \"energy_share\": ",
+                    first ? "" : ", ", r->label, r->v_err_fp8, r->v_err_fp4);
+            if (r->energy_share < 0.0) fprintf(f, "null}");
+            else fprintf(f, "%.6g}", r->energy_share);
+            first = 0;
+        }
+        fprintf(f, "]");
+        if (ex)
+            fprintf(f, ", \"expcast_rows\": {\"rows\": %lld, \"tv_mean_expcast\": %.6g, \"tv_mean_cast\": %.6g, "
+                       "\"tv_max_expcast\": %.6g, \"tv_max_cast\": %.6g, \"tau_mean\": %.6g, "
+                       "\"rows_without_underflow\": %lld, \"tv_max_without_underflow\": %.6g, \"violations\": %lld, "
+                       "\"worst_slack\": %.6g, "
+                       "\"tv_bound\": %.6g}",
+                    (long long)ex->rows, ex->tv_mean[0], ex->tv_mean[1], ex->tv_max[0], ex->tv_max[1],
+                    ex->tau_mean, (long long)ex->no_underflow, ex->tv_max_no_underflow, (long long)ex->violations,
+                    ex->worst_slack,
+                    ex->tv_bound);
+        fprintf(f, "}\n");
+        return;
+    }
+    if (orders) {
+        fprintf(f, "V quantization error by token order (128-row blocks; paper table 1, figure 4):\n");
+        fprintf(f, "%-28s %10s %10s %14s\n", "order", "FP8 err", "NVFP4 err", "energy share");
+        for (int o = 0; o < STUDY_ORDER_COUNT; o++) {
+            const study_order *r = &orders[o];
+            if (!r->available) {
+                fprintf(f, "%-28s %10s %10s %14s\n", r->name, "-", "-", "(not run)");
+                continue;
+            }
+            fprintf(f, "%-28s %9.3f%% %9.3f%% ", r->label, 100.0 * r->v_err_fp8, 100.0 * r->v_err_fp4);
+            if (r->energy_share < 0.0) fprintf(f, "%14s\n", "-");
+            else fprintf(f, "%13.1f%%\n", 100.0 * r->energy_share);
+        }
+    }
+    if (ex) {
+        fprintf(f, "%sExpCast-FP8 per row (P alone, exact scores; %lld rows):\n", orders ? "\n" : "",
+                (long long)ex->rows);
+        fprintf(f, "  total variation to softmax: ExpCast mean %.3f%% max %.3f%%, exp-then-cast mean %.3f%% max %.3f%%\n",
+                100.0 * ex->tv_mean[0], 100.0 * ex->tv_max[0], 100.0 * ex->tv_mean[1], 100.0 * ex->tv_max[1]);
+        fprintf(f, "  underflow mass tau (code 0) mean %.3f%%; rows without underflow %.1f%% (their max TV %.3f%%)\n",
+                100.0 * ex->tau_mean, ex->rows ? 100.0 * (double)ex->no_underflow / (double)ex->rows : 0.0,
+                100.0 * ex->tv_max_no_underflow);
+        fprintf(f, "  rows over the bound %.4f%% + tau: %lld (worst slack %.4f%%)\n", 100.0 * ex->tv_bound,
+                (long long)ex->violations, 100.0 * ex->worst_slack);
+    }
+}
