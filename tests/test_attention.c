@@ -304,6 +304,29 @@ static void test_method_ordering(vcattn_context *ctx) {
     vcattn_workload_free(&w);
 }
 
+/* Tiny magnitudes (down to subnormals) in q, k or v: no NaN, no Inf, for
+ * every 8-bit method (an amax whose reciprocal scale overflows counts as 0). */
+static void test_tiny_values(vcattn_context *ctx) {
+    static const char *const methods[] = {"sage2", "vsmooth", "vc", "fp8-naive"};
+    static const float scales[] = {1e-30f, 1e-37f, 1e-40f};
+    for (int which = 0; which < 3; which++)
+        for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++)
+            for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
+                case_t t;
+                case_init(&t, 1, 2, 2, 150, 150, 64, 0.0f);
+                float *x = which == 0 ? t.q : which == 1 ? t.k : t.v;
+                for (int64_t i = 0; i < 2 * 150 * 64; i++) x[i] *= scales[si];
+                vcattn_config cfg;
+                vcattn_config_from_method(methods[m], &cfg);
+                vcattn_status st = run(ctx, &cfg, &t, NULL);
+                int finite = 1;
+                for (int64_t i = 0; i < 2 * 150 * 64; i++) finite &= vcattn_isfinite_f32(t.out[i]);
+                CHECK(st == VCATTN_OK && finite, "%s with %s scaled by %g: status %d, finite %d", methods[m],
+                      which == 0 ? "q" : which == 1 ? "k" : "v", (double)scales[si], st, finite);
+                case_free(&t);
+            }
+}
+
 int main(void) {
     vcattn_context *ctx;
     if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return 1;
@@ -313,6 +336,7 @@ int main(void) {
     test_determinism(ctx);
     test_output_dtypes_and_guards(ctx);
     test_method_ordering(ctx);
+    test_tiny_values(ctx);
     vcattn_destroy(ctx);
     return tl_finish("test_attention");
 }

@@ -360,6 +360,13 @@ static void run_bad_input(vcattn_context *gpu) {
     CHECK(untouched, "NaN input: the output was written");
     ((float *)in.vd)[12345] = 0.0f;
 
+    /* Tiny V (subnormal): the channel scale counts as zero, output finite (zeros). */
+    for (size_t i = 0; i < (size_t)(s.b * s.hkv * s.nk * s.d); i++) ((float *)in.vd)[i] *= 1e-40f;
+    st = vcattn_attention(gpu, &cfg, &in.q, &in.k, &in.v, &o.t, o.lse, NULL, NULL);
+    int finite = st == VCATTN_OK;
+    for (int64_t i = 0; finite && i < s.b * s.hq * s.nq * s.d; i++) finite = vcattn_isfinite_f32(((float *)o.t.data)[i]);
+    CHECK(finite, "subnormal V on the GPU: status %d or non-finite output", st);
+
     vcattn_config fp4 = method_config("sage3-4bit");
     st = vcattn_attention(gpu, &fp4, &in.q, &in.k, &in.v, &o.t, NULL, NULL, NULL);
     CHECK(st == VCATTN_ERR_UNSUPPORTED_CONFIG && strstr(vcattn_last_error(gpu), "sage2"),

@@ -83,6 +83,12 @@ static void test_int8(void) {
     vcattn_int8_scale z = vcattn_int8_scale_from_amax(0.0f);
     CHECK(z.scale == 0.0f && z.inv_scale == 0.0f, "all-zero block: no 0/0");
     CHECK(vcattn_int8_encode(0.0f, z.inv_scale) == 0, "all-zero block codes are 0");
+    vcattn_int8_scale tiny = vcattn_int8_scale_from_amax(1e-38f);  /* 127 / amax overflows */
+    CHECK(tiny.scale == 0.0f && tiny.inv_scale == 0.0f, "tiny amax counts as zero, no inf");
+    float e4_scale, e4_inv = vcattn_e4m3_scale(1e-38f, &e4_scale);
+    CHECK(e4_inv == 0.0f && e4_scale == 0.0f, "E4M3: tiny amax counts as zero, no inf");
+    e4_inv = vcattn_e4m3_scale(448.0f, &e4_scale);
+    CHECK(e4_inv == 1.0f && e4_scale == 1.0f, "E4M3: amax 448 -> scale 1");
     /* Every amax maps its own value to +-127 exactly. */
     int bad = 0;
     for (int i = 0; i < 100000; i++) {

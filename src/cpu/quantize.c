@@ -61,12 +61,11 @@ static void int8_queries(const float *x, int64_t n, int64_t d, score_operand *op
 static void fp8_blocks(const float *x, int64_t n, int64_t d, score_operand *op) {
     for (int64_t t0 = 0; t0 < n; t0 += VCATTN_TILE) {
         int64_t t1 = t0 + VCATTN_TILE < n ? t0 + VCATTN_TILE : n;
-        float a = amax_rows(x, d, t0, t1);
-        float inv = a > 0.0f ? VCATTN_E4M3_MAX / a : 0.0f;
+        float scale, inv = vcattn_e4m3_scale(amax_rows(x, d, t0, t1), &scale);
         for (int64_t r = t0; r < t1; r++) {
             for (int64_t i = 0; i < d; i++)
                 op->val[r * d + i] = vcattn_round_e4m3(x[r * d + i] * inv);
-            op->mul[r] = a / VCATTN_E4M3_MAX;
+            op->mul[r] = scale;
         }
     }
 }
@@ -143,12 +142,12 @@ static void fp8_values_per_channel(const float *r, int64_t n, int64_t d, value_o
         float a = 0.0f;
         for (int64_t t = 0; t < n; t++) a = fmaxf(a, fabsf(r[t * d + c]));
         a = fmaxf(a, amax_means_channel(op->mean, op->tiles, d, c) / MEAN_HEADROOM_FP8);
-        float inv = a > 0.0f ? VCATTN_E4M3_MAX / a : 0.0f;
+        float scale, inv = vcattn_e4m3_scale(a, &scale);
         for (int64_t t = 0; t < n; t++) op->val[t * d + c] = vcattn_round_e4m3(r[t * d + c] * inv);
         if (op->mean)
             for (int64_t j = 0; j < op->tiles; j++)
                 op->mean[j * d + c] = vcattn_round_f16(op->mean[j * d + c] * inv);
-        op->chan_mul[c] = a / VCATTN_E4M3_MAX;
+        op->chan_mul[c] = scale;
     }
 }
 
@@ -159,12 +158,12 @@ static void fp8_values_per_tile(const float *r, int64_t n, int64_t d, value_oper
         float a = amax_rows(r, d, t0, t1);
         if (op->mean)
             for (int64_t c = 0; c < d; c++) a = fmaxf(a, fabsf(op->mean[j * d + c]) / MEAN_HEADROOM_FP8);
-        float inv = a > 0.0f ? VCATTN_E4M3_MAX / a : 0.0f;
+        float scale, inv = vcattn_e4m3_scale(a, &scale);
         for (int64_t i = t0 * d; i < t1 * d; i++) op->val[i] = vcattn_round_e4m3(r[i] * inv);
         if (op->mean)
             for (int64_t c = 0; c < d; c++)
                 op->mean[j * d + c] = vcattn_round_f16(op->mean[j * d + c] * inv);
-        op->tile_mul[j] = a / VCATTN_E4M3_MAX;
+        op->tile_mul[j] = scale;
     }
 }
 

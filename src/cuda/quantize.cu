@@ -228,8 +228,9 @@ __global__ void v_scales_kernel(v_args a, int tiles) {
         mean_amax = fmaxf(mean_amax, fabsf(a.tile_mean[(head * tiles + t) * d + ch]));
     }
     amax = fmaxf(amax, mean_amax / 128.0f);
-    a.chan_inv[head * d + ch] = amax > 0.0f ? VCATTN_E4M3_MAX / amax : 0.0f;
-    a.chan_mul[head * d + ch] = amax / VCATTN_E4M3_MAX;
+    float scale;
+    a.chan_inv[head * d + ch] = vcattn_e4m3_scale(amax, &scale);
+    a.chan_mul[head * d + ch] = scale;
 }
 
 // V^T record of one tile: codes read straight from the float tile in the

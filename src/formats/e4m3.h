@@ -44,6 +44,17 @@ VCATTN_HD float vcattn_e4m3_decode(uint8_t b) {
     return vcattn_f32_from_bits(sign | ((e + 120u) << 23) | (m << 20));
 }
 
+/* Scaling an amax onto the E4M3 range: x * inv with inv = 448 / amax. An amax
+ * so small that inv overflows (below 448 / FLT_MAX, about 1.3e-36) counts as
+ * zero: scale 0, codes 0, instead of infinities and NaN. Returns inv and
+ * writes the dequantization scale amax / 448 (or 0). */
+VCATTN_HD float vcattn_e4m3_scale(float amax, float *scale) {
+    float inv = amax > 0.0f ? VCATTN_E4M3_MAX / amax : 0.0f;
+    if (!(inv <= 3.402823466e38f)) inv = 0.0f;
+    *scale = inv > 0.0f ? amax / VCATTN_E4M3_MAX : 0.0f;
+    return inv;
+}
+
 VCATTN_HD float vcattn_round_e4m3(float x) {
     return vcattn_e4m3_decode(vcattn_e4m3_encode(x));
 }

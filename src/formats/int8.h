@@ -1,6 +1,7 @@
 /* Symmetric INT8: scale = amax / 127, code = RNE(x * (127 / amax)) clamped to
  * [-127, 127] (what cvt.rni.sat gives for the same product). An all-zero
- * block has scale 0 and codes 0, never 0/0. The reciprocal is an IEEE
+ * block has scale 0 and codes 0, never 0/0; so has a block whose amax is so
+ * small that 127 / amax overflows. The reciprocal is an IEEE
  * division on both backends (CUDA: __fdiv_rn, no fast-math). */
 #ifndef VCATTN_INT8_H
 #define VCATTN_INT8_H
@@ -14,8 +15,9 @@ typedef struct {
 
 VCATTN_HD vcattn_int8_scale vcattn_int8_scale_from_amax(float amax) {
     vcattn_int8_scale s;
-    s.scale = amax / 127.0f;
     s.inv_scale = amax > 0.0f ? 127.0f / amax : 0.0f;
+    if (!(s.inv_scale <= 3.402823466e38f)) s.inv_scale = 0.0f;  /* amax < ~3.7e-37 counts as zero */
+    s.scale = s.inv_scale > 0.0f ? amax / 127.0f : 0.0f;
     return s;
 }
 
