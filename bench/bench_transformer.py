@@ -1,0 +1,144 @@
+"""One denoising forward of a diffusers WanTransformer3DModel at the published
+Wan2.1-1.3B or Wan2.2-14B (A14B expert) config, random BF16 weights made on
+the GPU (no download), 720p / 81 frames (21 x 45 x 80 = 75,600 tokens):
+timed with SDPA (cuDNN), with vcattn on a grouping step and on a plain step,
+and with SageAttention2 when importable; prints the per-step speedups, the
+speedup averaged over the 40-step schedule (grouping on steps 0, 4, 8), and
+the attention share of the SDPA forward.
+
+    python bench/bench_transformer.py --config wan2.2-14b [--json F]
+    python bench/bench_transformer.py --tiny --device cpu      # smoke run of the script itself
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import vcattn.diffusers  # noqa: E402
+
+CONFIGS = {  # published transformer configs (diffusers naming)
+    "wan2.1-1.3b": dict(num_attention_heads=12, attention_head_dim=128, ffn_dim=8960, num_layers=30),
+    "wan2.2-14b": dict(num_attention_heads=40, attention_head_dim=128, ffn_dim=13824, num_layers=40),
+    "tiny": dict(num_attention_heads=2, attention_head_dim=64, ffn_dim=256, num_layers=2),
+}
+COMMON = dict(patch_size=(1, 2, 2), in_channels=16, out_channels=16, text_dim=4096, freq_dim=256,
+              cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024)
+
+
+def timed(fn, device, reps):
+    times = []
+    for _ in range(reps):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="wan2.2-14b", choices=[c for c in CONFIGS if c != "tiny"])
+    ap.add_argument("--tiny", action="store_true", help="a 2-block model on small latents (script check)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--method", default="vc")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    from diffusers import WanTransformer3DModel
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    name = "tiny" if args.tiny else args.config
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    latent = (1, 16, 3, 16, 16) if args.tiny else (1, 16, 21, 90, 160)  # 720p, 81 frames
+    torch.manual_seed(0)
+    with torch.device(args.device):
+        model = WanTransformer3DModel(**CONFIGS[name], **COMMON).to(dtype).eval()
+        # as from_pretrained(torch_dtype=...) does: these stay in float32
+        for module_name, module in model.named_modules():
+            if any(k in module_name.split(".") for k in model._keep_in_fp32_modules):
+                module.float()
+        x = torch.randn(latent, dtype=dtype)
+        text = torch.randn(1, 64 if args.tiny else 512, 4096, dtype=dtype)
+    tokens = latent[2] * (latent[3] // 2) * (latent[4] // 2)
+
+    def forward(t=500.0):
+        with torch.no_grad():
+            return model(x, timestep=torch.tensor([t], device=args.device), encoder_hidden_states=text,
+                         return_dict=False)[0]
+
+    backends = [SDPBackend.CUDNN_ATTENTION] if args.device == "cuda" else [SDPBackend.MATH]
+    with sdpa_kernel(backends):
+        forward()
+        sdpa_ms = timed(forward, args.device, args.reps)
+        attention_share = None
+        if args.device == "cuda":
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                forward()
+                torch.cuda.synchronize()
+            events = [e for e in prof.events() if e.device_time > 0]
+            total = sum(e.device_time for e in events)
+            attn = sum(e.device_time for e in events if any(s in e.name.lower() for s in ("fmha", "flash", "cudnn", "attention")))
+            attention_share = attn / total if total else None
+
+        session = vcattn.diffusers.enable(model, num_inference_steps=args.steps, method=args.method)
+        try:
+            # timestep 1000 starts a generation (step 0: cold k-means); 999 is step 1,
+            # which reuses the permutation (a plain step)
+            forward(1000.0)
+            group_ms = timed(lambda: forward(1000.0), args.device, args.reps)
+            plain = []
+            for _ in range(args.reps):
+                forward(1000.0)
+                plain.append(timed(lambda: forward(999.0), args.device, 1))
+            plain_ms = statistics.median(plain)
+            last_step = session.step
+        finally:
+            vcattn.diffusers.disable(model)
+
+        sage_ms = None
+        try:
+            import sageattention  # noqa: F401
+            model.set_attention_backend("sage")  # diffusers' SageAttention dispatcher backend
+            try:
+                forward()
+                sage_ms = timed(forward, args.device, args.reps)
+            finally:
+                model.set_attention_backend("native")
+        except ImportError:
+            pass
+
+    grouping_steps = len(range(0, (args.steps + 3) // 4, 4))  # steps 0, 4, 8 of 40 group
+    avg_ms = (grouping_steps * group_ms + (args.steps - grouping_steps) * plain_ms) / args.steps
+    row = {"config": name, "tokens": tokens, "device": args.device, "sdpa_ms": sdpa_ms,
+           "vc_grouping_ms": group_ms, "vc_plain_ms": plain_ms, "vc_schedule_avg_ms": avg_ms,
+           "speedup_plain": sdpa_ms / plain_ms, "speedup_grouping": sdpa_ms / group_ms,
+           "speedup_schedule": sdpa_ms / avg_ms, "attention_share_sdpa": attention_share,
+           "sage2_ms": sage_ms, "method": args.method, "last_step": last_step}
+    print("%s, %d tokens, %s: SDPA %.1f ms; vcattn grouping step %.1f ms (%.2fx), plain step %.1f ms (%.2fx), "
+          "schedule average %.2fx; attention share of the SDPA forward %s" % (
+              name, tokens, args.device, sdpa_ms, group_ms, row["speedup_grouping"], plain_ms,
+              row["speedup_plain"], row["speedup_schedule"],
+              "%.0f%%" % (100 * attention_share) if attention_share is not None else "n/a"))
+    if sage_ms:
+        print("SageAttention2 (diffusers 'sage' backend): %.1f ms (%.2fx SDPA)" % (sage_ms, sdpa_ms / sage_ms))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(row, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
