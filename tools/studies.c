@@ -331,3 +331,138 @@ void study_print(const study_order orders[STUDY_ORDER_COUNT], const study_expcas
                 (long long)ex->violations, 100.0 * ex->worst_slack);
     }
 }
+
+/* ------------------------------------------------------- schedule (table 3) */
+
+#include <time.h>
+
+static double wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+typedef struct {
+    const char *name;
+    float window;
+    int refresh, demean_outside, cold_restarts, vsmooth;
+    double cluster_factor;
+} schedule_variant;
+
+vcattn_status study_schedule(const char *workload, uint64_t seed, int steps,
+                             study_schedule_row out[STUDY_SCHEDULE_COUNT]) {
+    vcattn_workload a, b;
+    vcattn_status st = vcattn_workload_generate(workload, seed, &a);
+    if (st) return st;
+    if ((st = vcattn_workload_generate(workload, seed + 7919, &b))) {
+        vcattn_workload_free(&a);
+        return st;
+    }
+    const int64_t nq = a.batch * a.heads_q * a.tokens * a.head_dim;
+    const int64_t nkv = a.batch * a.heads_kv * a.tokens * a.head_dim;
+    float *q = malloc((size_t)nq * sizeof *q), *k = malloc((size_t)nkv * sizeof *k);
+    float *v = malloc((size_t)nkv * sizeof *v), *o = malloc((size_t)nq * sizeof *o);
+    double *ref = malloc((size_t)nq * sizeof *ref);
+    double *err = calloc((size_t)STUDY_SCHEDULE_COUNT * (size_t)steps, sizeof *err);
+    vcattn_context *ctx = NULL;
+    vcattn_layer *layers[STUDY_SCHEDULE_COUNT] = {0};
+    if (!q || !k || !v || !o || !ref || !err) {
+        st = VCATTN_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    if ((st = vcattn_create(&ctx, VCATTN_BACKEND_CPU))) goto done;
+    vcattn_config vc;
+    vcattn_config_from_method("vc", &vc);
+    int auto_k = vsmooth_cluster_count(&vc, a.tokens);
+    int window_steps = (int)ceil(vc.group_window * steps), paper_groupings = (window_steps + vc.group_refresh - 1) / vc.group_refresh;
+    const schedule_variant variants[STUDY_SCHEDULE_COUNT] = {
+        {"first quarter (paper)", vc.group_window, vc.group_refresh, 0, 0, 1, 1.0},
+        {"first quarter, demean after", vc.group_window, vc.group_refresh, 1, 0, 1, 1.0},
+        {"same count spread uniformly", 1.0f, (steps + paper_groupings - 1) / paper_groupings, 1, 0, 1, 1.0},
+        {"every step", 1.0f, 1, 1, 0, 1, 1.0},
+        {"cold k-means restarts", vc.group_window, vc.group_refresh, 0, 1, 1, 1.0},
+        {"half the clusters", vc.group_window, vc.group_refresh, 0, 0, 1, 0.5},
+        {"twice the clusters", vc.group_window, vc.group_refresh, 0, 0, 1, 2.0},
+        {"no V-Smooth", vc.group_window, vc.group_refresh, 0, 0, 0, 1.0},
+    };
+    vcattn_tensor tq = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, a.batch, a.heads_q, a.tokens, a.head_dim);
+    vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, a.batch, a.heads_kv, a.tokens, a.head_dim);
+    vcattn_tensor tv = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, a.batch, a.heads_kv, a.tokens, a.head_dim);
+    vcattn_tensor to = vcattn_tensor_bhnd(o, VCATTN_DTYPE_F32, a.batch, a.heads_q, a.tokens, a.head_dim);
+    vcattn_rope rope = {a.rope_style, a.rope_cos, a.rope_sin, a.rope_cos, a.rope_sin};
+    for (int r = 0; r < STUDY_SCHEDULE_COUNT; r++) {
+        memset(&out[r], 0, sizeof out[r]);
+        snprintf(out[r].name, sizeof out[r].name, "%s", variants[r].name);
+        if ((st = vcattn_layer_create(&layers[r], steps))) goto done;
+    }
+    for (int s = 0; s < steps; s++) {
+        double th = 0.6 * (steps > 1 ? (double)s / (steps - 1) : 0.0), c = cos(th), sn = sin(th);
+        for (int64_t i = 0; i < nq; i++) q[i] = (float)(c * a.q[i] + sn * b.q[i]);
+        for (int64_t i = 0; i < nkv; i++) {
+            k[i] = (float)(c * a.k[i] + sn * b.k[i]);
+            v[i] = (float)(c * a.v[i] + sn * b.v[i]);
+        }
+        fprintf(stderr, "[schedule] step %d/%d\n", s + 1, steps);
+        if ((st = vcattn_reference_attention(&tq, &tk, &tv, &rope, 0.0f, ref, NULL))) goto done;
+        double ref_norm = 0.0;
+        for (int64_t i = 0; i < nq; i++) ref_norm += ref[i] * ref[i];
+        for (int r = 0; r < STUDY_SCHEDULE_COUNT; r++) {
+            const schedule_variant *var = &variants[r];
+            vcattn_config cfg = vc;
+            cfg.group_window = var->window;
+            cfg.group_refresh = var->refresh;
+            cfg.demean_outside_window = var->demean_outside;
+            cfg.vsmooth = var->vsmooth;
+            cfg.kmeans_clusters = (int)fmax(2.0, floor(auto_k * var->cluster_factor + 0.5));
+            vcattn_layer_set_step(layers[r], s);
+            vcattn_grouping plan = vcattn_layer_plan(layers[r], &cfg);
+            if (var->cold_restarts && plan == VCATTN_GROUP_WARM) {
+                vcattn_layer_reset(layers[r]);
+                plan = VCATTN_GROUP_COLD;
+            }
+            out[r].groupings += plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM;
+            double t0 = wall_ms();
+            if ((st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, &rope, layers[r]))) goto done;
+            out[r].ms += wall_ms() - t0;
+            double e2 = 0.0;
+            for (int64_t i = 0; i < nq; i++) e2 += (o[i] - ref[i]) * (o[i] - ref[i]);
+            err[r * steps + s] = ref_norm > 0.0 ? sqrt(e2 / ref_norm) : 0.0;
+        }
+    }
+    for (int r = 0; r < STUDY_SCHEDULE_COUNT; r++) {
+        double all = 0.0, win = 0.0, after = 0.0;
+        for (int s = 0; s < steps; s++) {
+            all += err[r * steps + s];
+            if (s < window_steps) win += err[r * steps + s];
+            else after += err[r * steps + s];
+        }
+        out[r].err_mean = all / steps;
+        out[r].err_window = window_steps ? win / window_steps : 0.0;
+        out[r].err_after = steps > window_steps ? after / (steps - window_steps) : 0.0;
+    }
+done:
+    for (int r = 0; r < STUDY_SCHEDULE_COUNT; r++) vcattn_layer_destroy(layers[r]);
+    vcattn_destroy(ctx);
+    free(q); free(k); free(v); free(o); free(ref); free(err);
+    vcattn_workload_free(&a);
+    vcattn_workload_free(&b);
+    return st;
+}
+
+void study_schedule_print(const study_schedule_row rows[STUDY_SCHEDULE_COUNT], int steps, int json,
+                          FILE *f) {
+    if (json) {
+        fprintf(f, "{\"steps\": %d, \"schedule\": [", steps);
+        for (int r = 0; r < STUDY_SCHEDULE_COUNT; r++)
+            fprintf(f, "%s{\"variant\": \"%s\", \"err_mean\": %.6g, \"err_window\": %.6g, \"err_after\": %.6g, "
+                       "\"groupings\": %d, \"ms\": %.1f}", r ? ", " : "", rows[r].name, rows[r].err_mean,
+                    rows[r].err_window, rows[r].err_after, rows[r].groupings, rows[r].ms);
+        fprintf(f, "]}\n");
+        return;
+    }
+    fprintf(f, "Grouping schedule over a %d-step trajectory, vc (paper table 3); output rel L2 vs FP64:\n", steps);
+    fprintf(f, "%-30s %10s %10s %10s %9s %10s\n", "variant", "mean", "window", "after", "groupings", "time ms");
+    for (int r = 0; r < STUDY_SCHEDULE_COUNT; r++)
+        fprintf(f, "%-30s %9.4f%% %9.4f%% %9.4f%% %9d %10.0f\n", rows[r].name, 100.0 * rows[r].err_mean,
+                100.0 * rows[r].err_window, 100.0 * rows[r].err_after, rows[r].groupings, rows[r].ms);
+}

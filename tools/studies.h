@@ -50,6 +50,28 @@ vcattn_status study_expcast_rows(const vcattn_tensor *q, const vcattn_tensor *k,
                                  const vcattn_rope *rope, float sm_scale, float beta,
                                  study_expcast *out);
 
+/* ---- grouping schedule on a step trajectory (paper table 3) ---- */
+
+enum { STUDY_SCHEDULE_COUNT = 8 };
+
+typedef struct {
+    char name[48];
+    double err_mean;        /* output rel L2 vs FP64, mean over the steps */
+    double err_window;      /* mean over the grouping window (first quarter) */
+    double err_after;       /* mean over the remaining steps */
+    int groupings;          /* calls that ran k-means */
+    double ms;              /* wall time of all calls */
+} study_schedule_row;
+
+/* A trajectory of `steps` denoising steps drifting from the workload to an
+ * independent one of the same shape (q, k, v rotate by an angle growing
+ * linearly to 0.6 rad, end-to-start cosine 0.83), run with vc under the
+ * paper's schedule and its alternatives; out has STUDY_SCHEDULE_COUNT rows. */
+vcattn_status study_schedule(const char *workload, uint64_t seed, int steps,
+                             study_schedule_row out[STUDY_SCHEDULE_COUNT]);
+void study_schedule_print(const study_schedule_row rows[STUDY_SCHEDULE_COUNT], int steps, int json,
+                          FILE *f);
+
 void study_print(const study_order orders[STUDY_ORDER_COUNT], const study_expcast *ex, int json,
                  FILE *f);
 

@@ -91,7 +91,9 @@ static const char USAGE_EVAL[] =
     "  --threads N               CPU threads (default: all cores)\n"
     "  --study NAME              instead of the table: orders (V error and energy\n"
     "                            share by token order), expcast (ExpCast row\n"
-    "                            statistics against the bound) or studies (both)\n"
+    "                            statistics against the bound), schedule (the\n"
+    "                            grouping schedule over a 40-step trajectory,\n"
+    "                            minutes) or studies (orders and expcast)\n"
     "  --json                    one JSON object on stdout\n";
 
 static const char USAGE_EXPCAST[] =
@@ -374,8 +376,9 @@ static int parse_options(int argc, char **argv, options *o) {
             break;
         case OPT_STUDY:
             if (run) return usage_error(cmd, "--study belongs to eval");
-            if (strcmp(val, "orders") && strcmp(val, "expcast") && strcmp(val, "studies"))
-                return usage_error(cmd, "unknown study '%s' (one of: orders, expcast, studies)", val);
+            if (strcmp(val, "orders") && strcmp(val, "expcast") && strcmp(val, "schedule") &&
+                strcmp(val, "studies"))
+                return usage_error(cmd, "unknown study '%s' (one of: orders, expcast, schedule, studies)", val);
             o->study = val;
             break;
         }
@@ -799,6 +802,14 @@ static double l2_diff(const float *a, const float *b, int64_t count) {
 
 /* eval --study: the fidelity studies on the CPU (tools/studies.c). */
 static int cmd_study(const options *o) {
+    if (strcmp(o->study, "schedule") == 0) {
+        study_schedule_row rows[STUDY_SCHEDULE_COUNT];
+        const int steps = 40;
+        vcattn_status st = study_schedule(o->workload, o->seed, steps, rows);
+        if (st) return lib_error(st, "schedule study");
+        study_schedule_print(rows, steps, o->json, stdout);
+        return 0;
+    }
     inputs in;
     char err[ERRLEN];
     vcattn_status st = load_inputs(o, &in, err);
