@@ -4,6 +4,8 @@ the ExpCast row statistics against the bound.
 
     build/vcattn eval --study studies --workload small --json > s.json
     python tools/plot_studies.py s.json -o docs/figures/studies-small.png
+    build/vcattn eval --study all --json > all.json          # every -small preset
+    python tools/plot_studies.py all.json -o docs/figures/studies.png
 """
 import argparse
 import json
@@ -15,12 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("json", nargs="?", default="-")
-    ap.add_argument("-o", "--out", default="studies.png")
-    args = ap.parse_args()
-    data = json.load(sys.stdin if args.json == "-" else open(args.json))
+def plot(data, out):
     orders = data["orders"]
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(14, 4), gridspec_kw={"width_ratios": [3, 3, 2]})
     names = [o["order"] for o in orders]
@@ -51,7 +48,21 @@ def main():
         ax3.set_title("P per row: %d rows, %d over the bound" % (ex["rows"], ex["violations"]), fontsize=9)
         ax3.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
+    fig.savefig(out, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("json", nargs="?", default="-")
+    ap.add_argument("-o", "--out", default="studies.png",
+                    help="PNG; with --study all output, one file per preset (NAME inserted before .png)")
+    args = ap.parse_args()
+    data = json.load(sys.stdin if args.json == "-" else open(args.json))
+    if "presets" in data:
+        for p in data["presets"]:
+            plot(p["studies"], args.out.replace(".png", "-%s.png" % p["workload"]))
+    else:
+        plot(data, args.out)
 
 
 if __name__ == "__main__":

@@ -93,7 +93,8 @@ static const char USAGE_EVAL[] =
     "                            share by token order), expcast (ExpCast row\n"
     "                            statistics against the bound), schedule (the\n"
     "                            grouping schedule over a 40-step trajectory,\n"
-    "                            minutes) or studies (orders and expcast)\n"
+    "                            minutes), studies (orders and expcast) or all\n"
+    "                            (orders and expcast on every -small preset)\n"
     "  --json                    one JSON object on stdout\n";
 
 static const char USAGE_EXPCAST[] =
@@ -377,8 +378,9 @@ static int parse_options(int argc, char **argv, options *o) {
         case OPT_STUDY:
             if (run) return usage_error(cmd, "--study belongs to eval");
             if (strcmp(val, "orders") && strcmp(val, "expcast") && strcmp(val, "schedule") &&
-                strcmp(val, "studies"))
-                return usage_error(cmd, "unknown study '%s' (one of: orders, expcast, schedule, studies)", val);
+                strcmp(val, "studies") && strcmp(val, "all"))
+                return usage_error(cmd, "unknown study '%s' (one of: orders, expcast, schedule, studies, all)",
+                                   val);
             o->study = val;
             break;
         }
@@ -801,7 +803,29 @@ static double l2_diff(const float *a, const float *b, int64_t count) {
 }
 
 /* eval --study: the fidelity studies on the CPU (tools/studies.c). */
+static int cmd_study(const options *o);
+
+/* --study all: orders and expcast on small, wan2.2-small, longcat-small, hunyuan-small. */
+static int cmd_study_all(const options *o) {
+    static const char *const presets[] = {"small", "wan2.2-small", "longcat-small", "hunyuan-small"};
+    const size_t count = sizeof presets / sizeof presets[0];
+    if (o->json) printf("{\"presets\": [\n");
+    for (size_t i = 0; i < count; i++) {
+        options each = *o;
+        each.workload = presets[i];
+        each.study = "studies";
+        if (o->json) printf("{\"workload\": \"%s\", \"studies\": ", presets[i]);
+        else printf("%s== %s ==\n", i ? "\n" : "", presets[i]);
+        int rc = cmd_study(&each);
+        if (rc) return rc;
+        if (o->json) printf("}%s\n", i + 1 < count ? "," : "");
+    }
+    if (o->json) printf("]}\n");
+    return 0;
+}
+
 static int cmd_study(const options *o) {
+    if (strcmp(o->study, "all") == 0) return cmd_study_all(o);
     if (strcmp(o->study, "schedule") == 0) {
         study_schedule_row rows[STUDY_SCHEDULE_COUNT];
         const int steps = 40;

@@ -41,11 +41,16 @@ static const preset PRESETS[] = {
     {"hunyuan-720p", 1, 16, 16, 31, 45, 80, 128},
     {"seq-32k", 1, 32, 32, 8, 64, 64, 128},
     {"d64", 1, 24, 24, 21, 45, 80, 64},
+    /* the paper's models at CPU size: the same aspect, fewer frames and heads */
+    {"wan2.2-small", 1, 8, 8, 6, 12, 20, 128},
+    {"longcat-small", 1, 8, 8, 6, 10, 18, 128},
+    {"hunyuan-small", 1, 8, 8, 8, 12, 20, 128},
 };
 #define NUM_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
 static const char *const NAMES[] = {"tiny", "small", "wan2.2-720p", "longcat-480p",
-                                    "hunyuan-720p", "seq-32k", "d64", NULL};
+                                    "hunyuan-720p", "seq-32k", "d64", "wan2.2-small",
+                                    "longcat-small", "hunyuan-small", NULL};
 _Static_assert(sizeof NAMES / sizeof NAMES[0] == NUM_PRESETS + 1, "one name per preset");
 
 const char *const *vcattn_workload_names(void) { return NAMES; }
