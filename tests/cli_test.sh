@@ -83,6 +83,7 @@ check "output reads back as input" 0 "cosine" -- \
 check "eval --study studies" 0 "balanced k-means" "rows over the bound 3.6368% + tau: 0" -- \
     eval --study studies --workload tiny
 check "eval --study json" 0 '"violations": 0' '"order": "k-means' -- eval --study studies --workload tiny --json
+check "eval --study all" 0 "== hunyuan-small ==" "rows over the bound 3.6368% + tau: 0" -- eval --study all
 check "eval --study unknown" 2 "unknown study 'table1'" -- eval --study table1
 check "run --study" 2 "--study belongs to eval" -- run --study orders
 
