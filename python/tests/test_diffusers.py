@@ -1,7 +1,8 @@
-"""vcattn.diffusers on a tiny random WanTransformer3DModel, on the CPU backend
-(exits 77 when torch or diffusers is missing): every self-attention routed,
-cross-attention untouched, outputs close to SDPA, disable() restores the
-exact original outputs, the step follows the timesteps, bad use is refused."""
+"""vcattn.diffusers on a tiny random WanTransformer3DModel (exits 77 when torch
+or diffusers is missing): every self-attention routed, cross-attention
+untouched, outputs close to SDPA, disable() restores the exact original
+outputs, the step follows the timesteps, bad use is refused. CPU backend by
+default; VCATTN_TEST_DEVICE=cuda runs the same checks on the GPU."""
 import os
 import sys
 
@@ -26,17 +27,22 @@ def check(cond, what):
         print("FAIL:", what)
 
 
+device = os.environ.get("VCATTN_TEST_DEVICE", "cpu")
+if device == "cuda" and not torch.cuda.is_available():
+    print("test_diffusers: SKIPPED, no CUDA device")
+    sys.exit(77)
 torch.manual_seed(0)
 model = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=64,
                               in_channels=16, out_channels=16, text_dim=32, freq_dim=32, ffn_dim=64,
                               num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
-                              rope_max_seq_len=32).eval()
-x, text = torch.randn(1, 16, 4, 16, 16), torch.randn(1, 12, 32)
+                              rope_max_seq_len=32).eval().to(device)
+x, text = torch.randn(1, 16, 4, 16, 16, device=device), torch.randn(1, 12, 32, device=device)
 
 
 def forward(t):
     with torch.no_grad():
-        return model(x, timestep=torch.tensor([t]), encoder_hidden_states=text, return_dict=False)[0]
+        return model(x, timestep=torch.tensor([t], device=device), encoder_hidden_states=text,
+                     return_dict=False)[0]
 
 
 calls = []
@@ -57,7 +63,7 @@ check(steps == [0, 0, 1, 2], "steps %s" % steps)
 check([type(b.attn2.processor) for b in model.blocks] == cross, "cross-attention processors changed")
 cos = torch.nn.functional.cosine_similarity(first.flatten(), ref.flatten(), dim=0).item()
 check(cos > 0.99, "cosine to SDPA %.5f" % cos)
-h = torch.randn(1, 256, 128)
+h = torch.randn(1, 256, 128, device=device)
 with torch.no_grad():
     routed = model.blocks[0].attn1(h)
 forward(999)  # a higher timestep starts a new generation
@@ -76,7 +82,7 @@ check(0 < rel < 0.05, "self-attention output vs SDPA: relative difference %.4f" 
 check(torch.equal(forward(999), ref), "disable() did not restore the original outputs exactly")
 try:
     vd.attention_backend(h.view(1, 256, 2, 64), h.view(1, 256, 2, 64), h.view(1, 256, 2, 64),
-                         attn_mask=torch.ones(256, 256, dtype=torch.bool))
+                         attn_mask=torch.ones(256, 256, dtype=torch.bool, device=device))
     check(False, "a mask was accepted")
 except ValueError as e:
     check("mask" in str(e), str(e))
@@ -86,5 +92,5 @@ try:
 except ValueError as e:
     check("unknown method" in str(e), str(e))
 
-print("test_diffusers: %d passed, %d failed" % (passed, failed))
+print("test_diffusers (%s): %d passed, %d failed" % (device, passed, failed))
 sys.exit(1 if failed else 0)
