@@ -4,9 +4,10 @@
 // return the row sum of the decoded P; then the two-level update
 // acc = alpha * acc + (P V + r mu). Arithmetic: docs/formats.md; layout and
 // reasoning: docs/cuda-design.md; measurements: docs/perf-notes.md.
-// Two schedules of the same per-tile steps (RowState): v2 (default) is
-// warp-specialized with two consumer warpgroups in ping-pong, v1 one
-// warpgroup per CTA.
+// Three schedules of the same per-tile steps (RowState): v2 (default at
+// D 128) is warp-specialized with two consumer warpgroups in ping-pong; v3
+// adds the intra-warpgroup overlap of softmax(j) with PV(j-1); v1 is one
+// warpgroup per CTA (default at D 64).
 #include "attention.h"
 #include "ptx.cuh"
 #include "softmax.cuh"
@@ -44,6 +45,13 @@ template <int D> struct Sizes {
     static constexpr uint32_t vt_rows = D + VC_ONES_ROWS, v = vt_rows * VC_KV_ROWS + D * 4;
 };
 
+// One tile's probabilities as PV A-operand registers, and the rescale
+// factors of the running sums that go with them.
+struct TileP {
+    uint32_t a[16];
+    float alpha0, alpha1;
+};
+
 // The state one warpgroup carries over the key tiles for its 64 query rows:
 // thread (warp, g, t) owns rows 16 warp + g and + 8.
 template <int D, bool EXPCAST, bool VSMOOTH>
@@ -51,8 +59,6 @@ struct RowState {
     float o[D / 2];
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     float qmul0, qmul1;
-    float alpha0, alpha1;
-    uint32_t a[16];  // P of the current tile as PV A-operand registers
 
     __device__ void init(float q0, float q1) {
 #pragma unroll
@@ -71,9 +77,10 @@ struct RowState {
         wgmma_commit();
     }
 
-    // Online softmax of the tile: new row maxima, rescale factors, P encoded
-    // into a[]. tail_keys < 128 masks the keys past the end.
-    __device__ __forceinline__ void softmax(int32_t *sacc, float kmul, int tail_keys, float expcast_bias, int t) {
+    // Online softmax of the tile: new row maxima, and into pt the rescale
+    // factors and P encoded. tail_keys < 128 masks the keys past the end.
+    __device__ __forceinline__ void softmax(int32_t *sacc, float kmul, int tail_keys, float expcast_bias, int t,
+                                            TileP &pt) {
         float s[64];
 #pragma unroll
         for (int i = 0; i < 64; i++) s[i] = (float)sacc[i];
@@ -87,28 +94,29 @@ struct RowState {
         float tmax0, tmax1;
         tile_row_max(s, A0, A1, tmax0, tmax1);
         const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
-        alpha0 = exp2f(m0 - mn0);
-        alpha1 = exp2f(m1 - mn1);
-        if (tail) encode_p<EXPCAST, true>(s, A0, A1, mn0, mn1, expcast_bias, a);
-        else encode_p<EXPCAST, false>(s, A0, A1, mn0, mn1, expcast_bias, a);
+        pt.alpha0 = exp2f(m0 - mn0);
+        pt.alpha1 = exp2f(m1 - mn1);
+        if (tail) encode_p<EXPCAST, true>(s, A0, A1, mn0, mn1, expcast_bias, pt.a);
+        else encode_p<EXPCAST, false>(s, A0, A1, mn0, mn1, expcast_bias, pt.a);
         m0 = mn0;
         m1 = mn1;
     }
 
     // partial = P V^T (+ row sums in the ones columns), issued and committed.
-    __device__ __forceinline__ void issue_pv(float *pacc, const uint8_t *v) const {
+    __device__ __forceinline__ static void issue_pv(float *pacc, const TileP &pt, const uint8_t *v) {
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) {
             const uint64_t desc = smem_desc(v + ks * 2 * Sizes<D>::vt_rows * 16, Sizes<D>::vt_rows * 16, 128);
-            if constexpr (D == 128) wgmma_e4m3_m64n136k32(pacc, a + 4 * ks, desc, ks > 0);
-            else wgmma_e4m3_m64n72k32(pacc, a + 4 * ks, desc, ks > 0);
+            if constexpr (D == 128) wgmma_e4m3_m64n136k32(pacc, pt.a + 4 * ks, desc, ks > 0);
+            else wgmma_e4m3_m64n72k32(pacc, pt.a + 4 * ks, desc, ks > 0);
         }
         wgmma_commit();
     }
 
     // acc = alpha acc + (partial + r mu): the two-level update, mean restored.
-    __device__ __forceinline__ void update(const float *pacc, const uint8_t *v, int t) {
+    __device__ __forceinline__ void update(const float *pacc, const uint8_t *v, const TileP &pt, int t) {
+        const float alpha0 = pt.alpha0, alpha1 = pt.alpha1;
         const float r0 = pacc[D / 2], r1 = pacc[D / 2 + 2];
         const float *mu = reinterpret_cast<const float *>(v + Sizes<D>::vt_rows * VC_KV_ROWS);
 #pragma unroll
@@ -181,7 +189,7 @@ struct WsShared {
     uint64_t full_q, full_k[kStages], full_v[kStages], empty_k[kStages], empty_v[kStages];
 };
 
-template <int D, bool EXPCAST, bool VSMOOTH, typename OutT>
+template <int D, bool EXPCAST, bool VSMOOTH, typename OutT, bool OVERLAP>
 __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __grid_constant__ vc_attention_params p) {
     extern __shared__ uint8_t smem_raw[];
     WsShared<D> &sm = *reinterpret_cast<WsShared<D> *>(
@@ -239,33 +247,104 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
     if (w == 1) named_barrier_arrive(other_turn, 256);  // consumer 0 goes first
 
     mbar_wait(&sm.full_q, 0);
-    for (int j = 0; j < T; j++) {
-        const int s = j % kStages;
-        const uint32_t parity = (j / kStages) & 1;
-        int32_t sacc[64];
-        mbar_wait(&sm.full_k[s], parity);
+    auto release = [&](uint64_t *empty) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty);
+    };
+    if constexpr (!OVERLAP) {
+        // QK(j), softmax(j), PV(j) in order; the other warpgroup fills the gaps.
+        for (int j = 0; j < T; j++) {
+            const int s = j % kStages;
+            const uint32_t parity = (j / kStages) & 1;
+            int32_t sacc[64];
+            mbar_wait(&sm.full_k[s], parity);
+            named_barrier_sync(my_turn, 256);
+            st.issue_qk(sacc, sm.q[w], sm.k[s]);
+            named_barrier_arrive(other_turn, 256);
+            wgmma_wait_all();
+#pragma unroll
+            for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
+            release(&sm.empty_k[s]);
+
+            TileP pt;
+            st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, pt);
+
+            float pacc[D / 2 + 4];
+            mbar_wait(&sm.full_v[s], parity);
+            named_barrier_sync(my_turn, 256);
+            st.issue_pv(pacc, pt, sm.v[s]);
+            if (!(w == 1 && j == T - 1)) named_barrier_arrive(other_turn, 256);  // no one waits for the last
+            wgmma_wait_all();
+#pragma unroll
+            for (int i = 0; i < 16; i++) reg_fence(pt.a[i]);  // in use by the PV wgmma until here
+#pragma unroll
+            for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
+            st.update(pacc, sm.v[s], pt, t);
+            release(&sm.empty_v[s]);
+        }
+    } else {
+        // QK(j) and PV(j-1) issued together; softmax(j) runs while PV(j-1) does.
+        TileP prev;
+        {
+            int32_t sacc[64];
+            mbar_wait(&sm.full_k[0], 0);
+            named_barrier_sync(my_turn, 256);
+            st.issue_qk(sacc, sm.q[w], sm.k[0]);
+            named_barrier_arrive(other_turn, 256);
+            wgmma_wait_all();
+#pragma unroll
+            for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
+            release(&sm.empty_k[0]);
+            st.softmax(sacc, k_mul[t], T == 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, prev);
+        }
+        // Two P buffers used in turn (no register copies between the wgmma
+        // issues, which would make ptxas serialize them).
+        TileP next;
+        auto step = [&](int j, TileP &prev_p, TileP &cur_p) {
+            const int s = j % kStages, sp = (j - 1) % kStages;
+            int32_t sacc[64];
+            float pacc[D / 2 + 4];
+            mbar_wait(&sm.full_k[s], (j / kStages) & 1);
+            mbar_wait(&sm.full_v[sp], ((j - 1) / kStages) & 1);
+            named_barrier_sync(my_turn, 256);
+            st.issue_qk(sacc, sm.q[w], sm.k[s]);
+            st.issue_pv(pacc, prev_p, sm.v[sp]);
+            named_barrier_arrive(other_turn, 256);
+            wgmma_wait<1>();  // QK(j) done, PV(j-1) may still run
+#pragma unroll
+            for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
+            release(&sm.empty_k[s]);
+            st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, cur_p);
+            wgmma_wait_all();
+#pragma unroll
+            for (int i = 0; i < 16; i++) reg_fence(prev_p.a[i]);
+#pragma unroll
+            for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
+            st.update(pacc, sm.v[sp], prev_p, t);
+            release(&sm.empty_v[sp]);
+        };
+        int j = 1;
+        for (; j + 1 < T; j += 2) {
+            step(j, prev, next);
+            step(j + 1, next, prev);
+        }
+        if (j < T) {
+            step(j, prev, next);
+            prev = next;  // after the last wgmma of the loop: no stage is open
+        }
+        const int sl = (T - 1) % kStages;
+        float pacc[D / 2 + 4];
+        mbar_wait(&sm.full_v[sl], ((T - 1) / kStages) & 1);
         named_barrier_sync(my_turn, 256);
-        st.issue_qk(sacc, sm.q[w], sm.k[s]);
-        named_barrier_arrive(other_turn, 256);
+        st.issue_pv(pacc, prev, sm.v[sl]);
+        if (w == 0) named_barrier_arrive(other_turn, 256);  // consumer 1 takes the last turn
         wgmma_wait_all();
 #pragma unroll
-        for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&sm.empty_k[s]);
-
-        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t);
-
-        float pacc[D / 2 + 4];
-        mbar_wait(&sm.full_v[s], parity);
-        named_barrier_sync(my_turn, 256);
-        st.issue_pv(pacc, sm.v[s]);
-        if (!(w == 1 && j == T - 1)) named_barrier_arrive(other_turn, 256);  // no one waits for the last
-        wgmma_wait_all();
+        for (int i = 0; i < 16; i++) reg_fence(prev.a[i]);
 #pragma unroll
         for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
-        st.update(pacc, sm.v[s], t);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&sm.empty_v[s]);
+        st.update(pacc, sm.v[sl], prev, t);
+        release(&sm.empty_v[sl]);
     }
     st.template store<OutT>(p, q_head, kv_head, batch, head, row0, t);
 }
@@ -345,15 +424,16 @@ __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __
         __syncthreads();  // every warp is done with K[stage]
         if (tid == 0 && j + kStages < T) load_k(stage, j + kStages);
 
-        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t);
+        TileP pt;
+        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, pt);
 
         float pacc[D / 2 + 4];
         mbar_wait(&sm.full_v[stage], parity);
-        st.issue_pv(pacc, sm.v[stage]);
+        st.issue_pv(pacc, pt, sm.v[stage]);
         wgmma_wait_all();
 #pragma unroll
         for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
-        st.update(pacc, sm.v[stage], t);
+        st.update(pacc, sm.v[stage], pt, t);
         __syncthreads();  // every warp is done with V[stage]
         if (tid == 0 && j + kStages < T) load_v(stage, j + kStages);
     }
@@ -363,7 +443,9 @@ __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __
 template <int D, bool EXPCAST, bool VSMOOTH, typename OutT>
 cudaError_t launch(const vc_attention_params &p, int version, cudaStream_t stream) {
     const bool ws = version != 1;
-    auto kernel = ws ? vc_attention_ws_kernel<D, EXPCAST, VSMOOTH, OutT> : vc_attention_v1_kernel<D, EXPCAST, VSMOOTH, OutT>;
+    auto kernel = version == 3 ? vc_attention_ws_kernel<D, EXPCAST, VSMOOTH, OutT, true>
+                  : ws         ? vc_attention_ws_kernel<D, EXPCAST, VSMOOTH, OutT, false>
+                               : vc_attention_v1_kernel<D, EXPCAST, VSMOOTH, OutT>;
     const int smem = (int)(ws ? sizeof(WsShared<D>) : sizeof(V1Shared<D>)) + 128;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
