@@ -389,11 +389,10 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     p.expcast_bias = 120.0f + cfg->expcast_beta;
     // Measured (perf-notes.md): v2 wins at D 128, v1 at D 64, where the
     // softmax dominates and two independent CTAs per SM beat the ping-pong.
-    // VCATTN_KERNEL=v1|v2|v3 overrides, for A/B measurements.
+    // VCATTN_KERNEL=v1|v2 overrides, for A/B measurements.
     const char *forced = getenv("VCATTN_KERNEL");
     const int version = forced && strcmp(forced, "v1") == 0   ? 1
                         : forced && strcmp(forced, "v2") == 0 ? 2
-                        : forced && strcmp(forced, "v3") == 0 ? 3
                         : c.D == 64                           ? 1
                                                               : 2;
     if ((err = vc_attention_sm90(p, (int)c.D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped, version,

@@ -4,9 +4,8 @@
 // return the row sum of the decoded P; then the two-level update
 // acc = alpha * acc + (P V + r mu). Arithmetic: docs/formats.md; layout and
 // reasoning: docs/cuda-design.md; measurements: docs/perf-notes.md.
-// Three schedules of the same per-tile steps (RowState): v2 (default at
-// D 128) is warp-specialized with two consumer warpgroups in ping-pong; v3
-// adds the intra-warpgroup overlap of softmax(j) with PV(j-1); v1 is one
+// Two schedules of the same per-tile steps (RowState): v2 (default at D 128)
+// is warp-specialized with two consumer warpgroups in ping-pong, v1 one
 // warpgroup per CTA (default at D 64).
 #include "attention.h"
 #include "ptx.cuh"
@@ -189,7 +188,7 @@ struct WsShared {
     uint64_t full_q, full_k[kStages], full_v[kStages], empty_k[kStages], empty_v[kStages];
 };
 
-template <int D, bool EXPCAST, bool VSMOOTH, typename OutT, bool OVERLAP>
+template <int D, bool EXPCAST, bool VSMOOTH, typename OutT>
 __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __grid_constant__ vc_attention_params p) {
     extern __shared__ uint8_t smem_raw[];
     WsShared<D> &sm = *reinterpret_cast<WsShared<D> *>(
@@ -251,100 +250,35 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
         __syncwarp();
         if (lane == 0) mbar_arrive(empty);
     };
-    if constexpr (!OVERLAP) {
-        // QK(j), softmax(j), PV(j) in order; the other warpgroup fills the gaps.
-        for (int j = 0; j < T; j++) {
-            const int s = j % kStages;
-            const uint32_t parity = (j / kStages) & 1;
-            int32_t sacc[64];
-            mbar_wait(&sm.full_k[s], parity);
-            named_barrier_sync(my_turn, 256);
-            st.issue_qk(sacc, sm.q[w], sm.k[s]);
-            named_barrier_arrive(other_turn, 256);
-            wgmma_wait_all();
-#pragma unroll
-            for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
-            release(&sm.empty_k[s]);
-
-            TileP pt;
-            st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, pt);
-
-            float pacc[D / 2 + 4];
-            mbar_wait(&sm.full_v[s], parity);
-            named_barrier_sync(my_turn, 256);
-            st.issue_pv(pacc, pt, sm.v[s]);
-            if (!(w == 1 && j == T - 1)) named_barrier_arrive(other_turn, 256);  // no one waits for the last
-            wgmma_wait_all();
-#pragma unroll
-            for (int i = 0; i < 16; i++) reg_fence(pt.a[i]);  // in use by the PV wgmma until here
-#pragma unroll
-            for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
-            st.update(pacc, sm.v[s], pt, t);
-            release(&sm.empty_v[s]);
-        }
-    } else {
-        // QK(j) and PV(j-1) issued together; softmax(j) runs while PV(j-1) does.
-        TileP prev;
-        {
-            int32_t sacc[64];
-            mbar_wait(&sm.full_k[0], 0);
-            named_barrier_sync(my_turn, 256);
-            st.issue_qk(sacc, sm.q[w], sm.k[0]);
-            named_barrier_arrive(other_turn, 256);
-            wgmma_wait_all();
-#pragma unroll
-            for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
-            release(&sm.empty_k[0]);
-            st.softmax(sacc, k_mul[t], T == 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, prev);
-        }
-        // Two P buffers used in turn (no register copies between the wgmma
-        // issues, which would make ptxas serialize them).
-        TileP next;
-        auto step = [&](int j, TileP &prev_p, TileP &cur_p) {
-            const int s = j % kStages, sp = (j - 1) % kStages;
-            int32_t sacc[64];
-            float pacc[D / 2 + 4];
-            mbar_wait(&sm.full_k[s], (j / kStages) & 1);
-            mbar_wait(&sm.full_v[sp], ((j - 1) / kStages) & 1);
-            named_barrier_sync(my_turn, 256);
-            st.issue_qk(sacc, sm.q[w], sm.k[s]);
-            st.issue_pv(pacc, prev_p, sm.v[sp]);
-            named_barrier_arrive(other_turn, 256);
-            wgmma_wait<1>();  // QK(j) done, PV(j-1) may still run
-#pragma unroll
-            for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
-            release(&sm.empty_k[s]);
-            st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, cur_p);
-            wgmma_wait_all();
-#pragma unroll
-            for (int i = 0; i < 16; i++) reg_fence(prev_p.a[i]);
-#pragma unroll
-            for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
-            st.update(pacc, sm.v[sp], prev_p, t);
-            release(&sm.empty_v[sp]);
-        };
-        int j = 1;
-        for (; j + 1 < T; j += 2) {
-            step(j, prev, next);
-            step(j + 1, next, prev);
-        }
-        if (j < T) {
-            step(j, prev, next);
-            prev = next;  // after the last wgmma of the loop: no stage is open
-        }
-        const int sl = (T - 1) % kStages;
-        float pacc[D / 2 + 4];
-        mbar_wait(&sm.full_v[sl], ((T - 1) / kStages) & 1);
+    // QK(j), softmax(j), PV(j) in order; the other warpgroup fills the gaps.
+    for (int j = 0; j < T; j++) {
+        const int s = j % kStages;
+        const uint32_t parity = (j / kStages) & 1;
+        int32_t sacc[64];
+        mbar_wait(&sm.full_k[s], parity);
         named_barrier_sync(my_turn, 256);
-        st.issue_pv(pacc, prev, sm.v[sl]);
-        if (w == 0) named_barrier_arrive(other_turn, 256);  // consumer 1 takes the last turn
+        st.issue_qk(sacc, sm.q[w], sm.k[s]);
+        named_barrier_arrive(other_turn, 256);
         wgmma_wait_all();
 #pragma unroll
-        for (int i = 0; i < 16; i++) reg_fence(prev.a[i]);
+        for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
+        release(&sm.empty_k[s]);
+
+        TileP pt;
+        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, pt);
+
+        float pacc[D / 2 + 4];
+        mbar_wait(&sm.full_v[s], parity);
+        named_barrier_sync(my_turn, 256);
+        st.issue_pv(pacc, pt, sm.v[s]);
+        if (!(w == 1 && j == T - 1)) named_barrier_arrive(other_turn, 256);  // no one waits for the last
+        wgmma_wait_all();
+#pragma unroll
+        for (int i = 0; i < 16; i++) reg_fence(pt.a[i]);  // in use by the PV wgmma until here
 #pragma unroll
         for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
-        st.update(pacc, sm.v[sl], prev, t);
-        release(&sm.empty_v[sl]);
+        st.update(pacc, sm.v[s], pt, t);
+        release(&sm.empty_v[s]);
     }
     st.template store<OutT>(p, q_head, kv_head, batch, head, row0, t);
 }
@@ -443,9 +377,7 @@ __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __
 template <int D, bool EXPCAST, bool VSMOOTH, typename OutT>
 cudaError_t launch(const vc_attention_params &p, int version, cudaStream_t stream) {
     const bool ws = version != 1;
-    auto kernel = version == 3 ? vc_attention_ws_kernel<D, EXPCAST, VSMOOTH, OutT, true>
-                  : ws         ? vc_attention_ws_kernel<D, EXPCAST, VSMOOTH, OutT, false>
-                               : vc_attention_v1_kernel<D, EXPCAST, VSMOOTH, OutT>;
+    auto kernel = ws ? vc_attention_ws_kernel<D, EXPCAST, VSMOOTH, OutT> : vc_attention_v1_kernel<D, EXPCAST, VSMOOTH, OutT>;
     const int smem = (int)(ws ? sizeof(WsShared<D>) : sizeof(V1Shared<D>)) + 128;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;

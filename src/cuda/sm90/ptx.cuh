@@ -72,10 +72,6 @@ static __device__ __forceinline__ void wgmma_commit() {
 static __device__ __forceinline__ void wgmma_wait_all() {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
-// Waits until at most N committed groups are pending (groups complete in order).
-template <int N> static __device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
 // Keeps the compiler from moving accesses of accumulator registers across the
 // asynchronous wgmma (it cannot see that the registers are in flight).
 static __device__ __forceinline__ void reg_fence(int32_t &r) { asm volatile("" : "+r"(r)::"memory"); }
