@@ -22,7 +22,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vcattn import _capi  # noqa: E402
+from timing import median_ms  # noqa: E402
 
 SHAPES = {  # name: (B, H, N, D)
     "wan2.2-720p": (1, 40, 75600, 128),
@@ -39,17 +41,7 @@ def tflops(shape, ms):
 
 
 def time_ms(fn, reps, warmup=1):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return median_ms(fn, reps, "cuda", warmup)
 
 
 class Vcattn:

@@ -14,12 +14,13 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vcattn.diffusers  # noqa: E402
+from timing import median_ms  # noqa: E402
 
 CONFIGS = {  # published transformer configs (diffusers naming)
     "wan2.1-1.3b": dict(num_attention_heads=12, attention_head_dim=128, ffn_dim=8960, num_layers=30),
@@ -31,20 +32,7 @@ COMMON = dict(patch_size=(1, 2, 2), in_channels=16, out_channels=16, text_dim=40
 
 
 def timed(fn, device, reps):
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(1e3 * (time.perf_counter() - t0))
-    return statistics.median(times)
+    return median_ms(fn, reps, device, warmup=0)
 
 
 def main():
@@ -111,7 +99,7 @@ def main():
 
         sage_ms = None
         try:
-            import sageattention  # noqa: F401
+            import sageattention  # noqa: F401 (diffusers' 'sage' backend needs it)
             model.set_attention_backend("sage")  # diffusers' SageAttention dispatcher backend
             try:
                 forward()

@@ -7,6 +7,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
     import torch
     from diffusers import WanTransformer3DModel
@@ -15,17 +16,7 @@ except ImportError as e:
     sys.exit(77)
 
 import vcattn.diffusers as vd  # noqa: E402
-
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    passed += bool(cond)
-    failed += not cond
-    if not cond:
-        print("FAIL:", what)
-
+from harness import check, finish  # noqa: E402
 
 device = os.environ.get("VCATTN_TEST_DEVICE", "cpu")
 if device == "cuda" and not torch.cuda.is_available():
@@ -92,5 +83,4 @@ try:
 except ValueError as e:
     check("unknown method" in str(e), str(e))
 
-print("test_diffusers (%s): %d passed, %d failed" % (device, passed, failed))
-sys.exit(1 if failed else 0)
+finish("test_diffusers (%s)" % device)

@@ -1,11 +1,11 @@
 """The Python front on the CPU: numpy and (when installed) torch CPU tensors.
 Run by ctest (`make test`); exits 77 (skipped) without numpy. GPU behaviour is
 tested on the device by python/tests/test_python_gpu.py."""
-import math
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 try:
     import numpy as np
@@ -14,30 +14,7 @@ except ImportError:
     sys.exit(77)
 
 import vcattn  # noqa: E402
-
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
-
-
-def raises(exc, fn, needle, what):
-    try:
-        fn()
-    except exc as e:
-        check(needle in str(e), "%s: message %r lacks %r" % (what, str(e), needle))
-        return
-    except Exception as e:  # the wrong exception is a failure, not a crash
-        check(False, "%s: raised %s: %s" % (what, type(e).__name__, e))
-        return
-    check(False, "%s: no exception" % what)
-
+from harness import check, finish, raises  # noqa: E402
 
 rng = np.random.default_rng(0)
 
@@ -159,5 +136,4 @@ if torch is not None:
     raises(TypeError, lambda: parallel.xdit_attention(tq, tk, tv, attention_kwargs={"alibi": 1}), "attention_kwargs",
            "xdit kwargs")
 
-print("test_python: %d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+finish("test_python")

@@ -6,6 +6,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 try:
     import torch
@@ -17,17 +18,7 @@ if not torch.cuda.is_available():
     sys.exit(77)
 
 import vcattn  # noqa: E402
-
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    passed += bool(cond)
-    failed += not cond
-    if not cond:
-        print("FAIL:", what)
-
+from harness import check, finish  # noqa: E402
 
 torch.manual_seed(0)
 q, k, v = (torch.randn(2, 8, 1000, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -74,5 +65,4 @@ session.step = 1
 o1 = vcattn.attention(q, k, v, state=layer)  # reuses the step-0 permutation
 check(torch.equal(o0, o1), "reused permutation gives other bits than the grouping step")
 
-print("test_python_gpu: %d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+finish("test_python_gpu")

@@ -8,9 +8,9 @@ for video diffusion transformers.
 
 Torch tensors (CPU or CUDA) and numpy arrays (CPU backend) are accepted.
 """
-from ._core import LayerState, VcattnError, config, lib
+from ._core import LayerState, VcattnError, config, lib  # noqa: F401 (config: public)
 
-__all__ = ["attention", "Session", "LayerState", "VcattnError", "version"]
+__all__ = ["attention", "Session", "LayerState", "VcattnError", "config", "version"]
 
 
 def version():
@@ -72,10 +72,8 @@ class Session:
 
     @step.setter
     def step(self, value):
-        value = int(value)
-        if not 0 <= value < self.num_inference_steps:
-            raise ValueError("vcattn: step %d is outside [0, %d) (num_inference_steps)"
-                             % (value, self.num_inference_steps))
+        from ._core import check_step
+        value = check_step(value, self.num_inference_steps)
         self._step = value
         for layer in self._layers.values():
             layer.step = value

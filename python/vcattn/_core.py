@@ -58,6 +58,14 @@ def config(method="vc", sm_scale=None, check_finite=True, **switches):
     return cfg
 
 
+def check_step(step, num_inference_steps):
+    """step as an int inside [0, num_inference_steps), or a ValueError naming both."""
+    step = int(step)
+    if not 0 <= step < num_inference_steps:
+        raise ValueError("vcattn: step %d is outside [0, %d) (num_inference_steps)" % (step, num_inference_steps))
+    return step
+
+
 class LayerState:
     """Per-layer V-Smooth state (centroids, permutation, step): one per attention
     module, kept across the denoising steps (paper appendix A)."""
@@ -76,11 +84,7 @@ class LayerState:
 
     @step.setter
     def step(self, value):
-        value = int(value)
-        if not 0 <= value < self.num_inference_steps:
-            raise ValueError("vcattn: step %d is outside [0, %d) (num_inference_steps)"
-                             % (value, self.num_inference_steps))
-        lib().vcattn_layer_set_step(self._handle, value)
+        lib().vcattn_layer_set_step(self._handle, check_step(value, self.num_inference_steps))
 
     def plan(self, method="vc"):
         """What a call would do now: 'none', 'cold', 'warm' or 'reuse'."""

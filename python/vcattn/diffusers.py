@@ -24,7 +24,7 @@ import torch
 
 import vcattn
 
-from . import LayerState, Session
+from . import Session
 
 _routing = threading.local()   # the vcattn processor currently running, if any
 _original_dispatch = None

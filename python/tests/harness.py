@@ -1,0 +1,29 @@
+"""The Python tests' minimal harness: check() records, finish() prints the
+"N passed, N failed" line ctest reads and exits with the status."""
+import sys
+
+counts = {"passed": 0, "failed": 0}
+
+
+def check(cond, what):
+    counts["passed" if cond else "failed"] += 1
+    if not cond:
+        print("FAIL:", what)
+
+
+def raises(exc, fn, needle, what):
+    """fn() must raise exc with needle in its message (another exception fails)."""
+    try:
+        fn()
+    except exc as e:
+        check(needle in str(e), "%s: message %r lacks %r" % (what, str(e), needle))
+        return
+    except Exception as e:
+        check(False, "%s: raised %s: %s" % (what, type(e).__name__, e))
+        return
+    check(False, "%s: no exception" % what)
+
+
+def finish(name):
+    print("%s: %d passed, %d failed" % (name, counts["passed"], counts["failed"]))
+    sys.exit(1 if counts["failed"] else 0)
