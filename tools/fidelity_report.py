@@ -1,0 +1,96 @@
+"""Regenerates the measured part of docs/fidelity.md: runs every study on the
+CPU-size presets and writes their JSON, the plots and one markdown file of
+tables (paste-ready for the report).
+
+    python tools/fidelity_report.py --out docs/figures              # minutes on 2 cores
+    python tools/fidelity_report.py --out /tmp/f --skip schedule,network   # seconds
+
+Needs build/vcattn (make) and matplotlib; the network study needs torch and diffusers.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRESETS = ["small", "wan2.2-small", "longcat-small", "hunyuan-small"]
+METHODS = ["fp8-naive", "sage2", "sage2+hadamard", "vsmooth", "vc", "sage3-4bit", "sage3-4bit+hadamard",
+           "vsmooth-4bit"]
+
+
+def cli(args, out_json):
+    exe = os.path.join(ROOT, "build", "vcattn")
+    text = subprocess.run([exe] + args + ["--json"], check=True, capture_output=True, text=True).stdout
+    with open(out_json, "w") as f:
+        f.write(text)
+    return json.loads(text)
+
+
+def plot(script, *args):
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", script)] + list(args), check=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "figures"))
+    ap.add_argument("--skip", default="", help="comma list of: methods, schedule, network")
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    os.makedirs(args.out, exist_ok=True)
+    md = []
+
+    studies = cli(["eval", "--study", "all"], os.path.join(args.out, "studies.json"))
+    plot("plot_studies.py", os.path.join(args.out, "studies.json"), "-o", os.path.join(args.out, "studies.png"))
+    md += ["## V error by token order (FP8 / NVFP4 error, energy share)", "",
+           "| preset | " + " | ".join(o["order"].split(" (")[0] for o in studies["presets"][0]["studies"]["orders"]) + " |",
+           "|---" * (1 + len(studies["presets"][0]["studies"]["orders"])) + "|"]
+    for p in studies["presets"]:
+        cells = []
+        for o in p["studies"]["orders"]:
+            share = "" if o["energy_share"] is None else " / %.1f%%" % (100 * o["energy_share"])
+            cells.append("%.3f%% / %.3f%%%s" % (100 * o["v_err_fp8"], 100 * o["v_err_fp4"], share))
+        md.append("| `%s` | %s |" % (p["workload"], " | ".join(cells)))
+    md += ["", "## ExpCast rows", "", "| preset | rows | TV mean ExpCast / cast | max | over the bound |",
+           "|---|---|---|---|---|"]
+    for p in studies["presets"]:
+        e = p["studies"]["expcast_rows"]
+        md.append("| `%s` | %d | %.3f%% / %.3f%% | %.3f%% | %d |" % (
+            p["workload"], e["rows"], 100 * e["tv_mean_expcast"], 100 * e["tv_mean_cast"], 100 * e["tv_max_expcast"],
+            e["violations"]))
+
+    if "methods" not in skip:
+        md += ["", "## Output SNR (dB) by method", "", "| preset | " + " | ".join(METHODS) + " |",
+               "|---" * (1 + len(METHODS)) + "|"]
+        for preset in PRESETS:
+            table = cli(["eval", "--workload", preset, "--backend", "cpu"],
+                        os.path.join(args.out, "methods-%s.json" % preset))
+            snr = {m["method"]: m["metrics"]["snr_db"] for m in table["methods"]}
+            md.append("| `%s` | %s |" % (preset, " | ".join("%.2f" % snr[m] for m in METHODS)))
+
+    if "schedule" not in skip:
+        sched = cli(["eval", "--study", "schedule", "--workload", "small"], os.path.join(args.out, "schedule.json"))
+        md += ["", "## Grouping schedule, %d steps (`small`)" % sched["steps"], "",
+               "| variant | mean | window | after | groupings |", "|---|---|---|---|---|"]
+        for r in sched["schedule"]:
+            md.append("| %s | %.3f%% | %.3f%% | %.3f%% | %d |" % (r["variant"], 100 * r["err_mean"],
+                                                                 100 * r["err_window"], 100 * r["err_after"],
+                                                                 r["groupings"]))
+
+    if "network" not in skip:
+        plot("study_network.py", "--json", os.path.join(args.out, "study-network.json"),
+             "-o", os.path.join(args.out, "study-network.png"))
+        with open(os.path.join(args.out, "study-network.json")) as f:
+            net = json.load(f)
+        md += ["", "## Through a random Wan transformer (%d tokens)" % net["tokens"], "",
+               "| method | PSNR dB | displacement error |", "|---|---|---|"]
+        for r in net["rows"]:
+            md.append("| %s | %.2f | %.3f%% |" % (r["method"], r["psnr_db"], 100 * r["displacement_rel_l2"]))
+
+    with open(os.path.join(args.out, "tables.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("wrote %s" % os.path.join(args.out, "tables.md"))
+
+
+if __name__ == "__main__":
+    main()
