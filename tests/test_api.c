@@ -151,6 +151,11 @@ static void test_objects(void) {
                   "status strings %d and %d are distinct", s, t);
     }
     CHECK(strcmp(vcattn_status_string((vcattn_status)999), "unknown status") == 0, "out-of-range status");
+    CHECK(vcattn_set_cuda_stream(NULL, NULL) == VCATTN_ERR_NULL_POINTER, "stream on a NULL context");
+    vcattn_context *cpu;
+    CHECK(vcattn_create(&cpu, VCATTN_BACKEND_CPU) == VCATTN_OK &&
+          vcattn_set_cuda_stream(cpu, (void *)0x1) == VCATTN_OK, "a CPU context accepts and ignores a stream");
+    vcattn_destroy(cpu);
 
     vcattn_config c;
     for (const char *const *m = vcattn_method_names(); *m; m++) {
