@@ -1008,8 +1008,8 @@ static int cmd_eval(const options *o) {
                    s > 0.0 ? 100.0 * r->value / s : 0.0, r->ms, vcattn_backend_name(r->backend));
         }
         printf("\nprob = |O_ref - O_pv| / |O_ref|, value = |O_pv - O_q| / |O_ref| (eq. 2),\n"
-               "O_pv: the method with exact V (same grouping; cpu backend where the\n"
-               "backend column's lacks a format); V-q err = |V - V_hat|_F / |V|_F.\n");
+               "O_pv: the method with exact V (same grouping; on the cpu backend when\n"
+               "the row's backend has no exact-V path); V-q err = |V - V_hat|_F / |V|_F.\n");
         printf("V block-mean energy share (%d-row blocks, mean over heads): %.1f%% in sequence "
                "order, %.1f%% after k-means grouping (%d clusters)\n",
                ENERGY_BLOCK, 100.0 * energy[0], 100.0 * energy[1],
