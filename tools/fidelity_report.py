@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PRESETS = ["small", "wan2.2-small", "longcat-small", "hunyuan-small"]
+PRESETS = ["small", "wan2.2-small", "longcat-small", "hunyuan-small", "minimax-small"]
 METHODS = ["fp8-naive", "sage2", "sage2+hadamard", "vsmooth", "vc", "sage3-4bit", "sage3-4bit+hadamard",
            "vsmooth-4bit"]
 
@@ -34,7 +34,8 @@ def plot(script, *args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "figures"))
-    ap.add_argument("--skip", default="", help="comma list of: methods, schedule, network")
+    ap.add_argument("--skip", default="", help="comma list of: methods, schedule, network (a skipped "
+                    "study's table comes from its JSON in --out, when there)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     os.makedirs(args.out, exist_ok=True)
@@ -68,8 +69,12 @@ def main():
             snr = {m["method"]: m["metrics"]["snr_db"] for m in table["methods"]}
             md.append("| `%s` | %s |" % (preset, " | ".join("%.2f" % snr[m] for m in METHODS)))
 
-    if "schedule" not in skip:
-        sched = cli(["eval", "--study", "schedule", "--workload", "small"], os.path.join(args.out, "schedule.json"))
+    sched_json = os.path.join(args.out, "schedule.json")
+    if "schedule" not in skip or os.path.exists(sched_json):  # a skipped study keeps its last results
+        if "schedule" not in skip:
+            cli(["eval", "--study", "schedule", "--workload", "small"], sched_json)
+        with open(sched_json) as f:
+            sched = json.load(f)
         md += ["", "## Grouping schedule, %d steps (`small`)" % sched["steps"], "",
                "| variant | mean | window | after | groupings |", "|---|---|---|---|---|"]
         for r in sched["schedule"]:
@@ -77,10 +82,11 @@ def main():
                                                                  100 * r["err_window"], 100 * r["err_after"],
                                                                  r["groupings"]))
 
-    if "network" not in skip:
-        plot("study_network.py", "--json", os.path.join(args.out, "study-network.json"),
-             "-o", os.path.join(args.out, "study-network.png"))
-        with open(os.path.join(args.out, "study-network.json")) as f:
+    net_json = os.path.join(args.out, "study-network.json")
+    if "network" not in skip or os.path.exists(net_json):
+        if "network" not in skip:
+            plot("study_network.py", "--json", net_json, "-o", os.path.join(args.out, "study-network.png"))
+        with open(net_json) as f:
             net = json.load(f)
         md += ["", "## Through a random Wan transformer (%d tokens)" % net["tokens"], "",
                "| method | PSNR dB | displacement error |", "|---|---|---|"]

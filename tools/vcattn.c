@@ -805,9 +805,10 @@ static double l2_diff(const float *a, const float *b, int64_t count) {
 /* eval --study: the fidelity studies on the CPU (tools/studies.c). */
 static int cmd_study(const options *o);
 
-/* --study all: orders and expcast on small, wan2.2-small, longcat-small, hunyuan-small. */
+/* --study all: orders and expcast on every CPU-size preset. */
 static int cmd_study_all(const options *o) {
-    static const char *const presets[] = {"small", "wan2.2-small", "longcat-small", "hunyuan-small"};
+    static const char *const presets[] = {"small", "wan2.2-small", "longcat-small", "hunyuan-small",
+                                          "minimax-small"};
     const size_t count = sizeof presets / sizeof presets[0];
     if (o->json) printf("{\"presets\": [\n");
     for (size_t i = 0; i < count; i++) {

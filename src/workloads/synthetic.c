@@ -31,26 +31,31 @@
 typedef struct {
     const char *name;
     int batch, heads_q, heads_kv, frames, height, width, head_dim;
+    int audio, text;  /* tokens packed after the video grid (MiniMax-like), else 0 */
 } preset;
 
 static const preset PRESETS[] = {
-    {"tiny", 1, 2, 1, 2, 8, 8, 64},
-    {"small", 1, 8, 8, 4, 16, 24, 128},
-    {"wan2.2-720p", 1, 40, 40, 21, 45, 80, 128},
-    {"longcat-480p", 1, 32, 32, 24, 30, 52, 128},
-    {"hunyuan-720p", 1, 16, 16, 31, 45, 80, 128},
-    {"seq-32k", 1, 32, 32, 8, 64, 64, 128},
-    {"d64", 1, 24, 24, 21, 45, 80, 64},
+    {"tiny", 1, 2, 1, 2, 8, 8, 64, 0, 0},
+    {"small", 1, 8, 8, 4, 16, 24, 128, 0, 0},
+    {"wan2.2-720p", 1, 40, 40, 21, 45, 80, 128, 0, 0},
+    {"longcat-480p", 1, 32, 32, 24, 30, 52, 128, 0, 0},
+    {"hunyuan-720p", 1, 16, 16, 31, 45, 80, 128, 0, 0},
+    {"seq-32k", 1, 32, 32, 8, 64, 64, 128, 0, 0},
+    {"d64", 1, 24, 24, 21, 45, 80, 64, 0, 0},
     /* the paper's models at CPU size: the same aspect, fewer frames and heads */
-    {"wan2.2-small", 1, 8, 8, 6, 12, 20, 128},
-    {"longcat-small", 1, 8, 8, 6, 10, 18, 128},
-    {"hunyuan-small", 1, 8, 8, 8, 12, 20, 128},
+    {"wan2.2-small", 1, 8, 8, 6, 12, 20, 128, 0, 0},
+    {"longcat-small", 1, 8, 8, 6, 10, 18, 128, 0, 0},
+    {"hunyuan-small", 1, 8, 8, 8, 12, 20, 128, 0, 0},
+    /* one sequence packing video, audio and text tokens, as joint audio-video models do */
+    {"minimax-h3", 1, 40, 40, 21, 45, 80, 128, 5040, 512},
+    {"minimax-small", 1, 8, 8, 4, 12, 20, 128, 160, 160},
 };
 #define NUM_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
 static const char *const NAMES[] = {"tiny", "small", "wan2.2-720p", "longcat-480p",
                                     "hunyuan-720p", "seq-32k", "d64", "wan2.2-small",
-                                    "longcat-small", "hunyuan-small", NULL};
+                                    "longcat-small", "hunyuan-small", "minimax-h3",
+                                    "minimax-small", NULL};
 _Static_assert(sizeof NAMES / sizeof NAMES[0] == NUM_PRESETS + 1, "one name per preset");
 
 const char *const *vcattn_workload_names(void) { return NAMES; }
@@ -58,6 +63,10 @@ const char *const *vcattn_workload_names(void) { return NAMES; }
 /* ------------------------------------------------------- content constants */
 
 #define REGIONS 16             /* semantic regions per video, at most */
+#define AUDIO_REGION REGIONS   /* the packed audio tokens share one prototype... */
+#define TEXT_REGION (REGIONS + 1)  /* ...and so do the text tokens */
+#define ALL_REGIONS (REGIONS + 2)
+#define V_PROTO_TEXT 1.8       /* text values: larger and more alike than video ones */
 #define TOKENS_PER_REGION 384  /* at least, so small grids keep regions larger than
                                   a 128-row block, as real 720p videos do */
 #define REGION_DRIFT 0.15      /* how far a region centre moves over the clip (frame heights) */
@@ -221,6 +230,16 @@ static void fill_rope(const preset *p, const rope_split *rs, float *cos_t, float
                     sin_t[n * half + j] = (float)sin(ang);
                 }
             }
+    /* Audio tokens sit on the time axis (frame of their sound); text tokens at
+     * position 0 (no rotation), as 1-D positions of a packed sequence. */
+    for (int i = 0; i < p->audio + p->text; i++, n++) {
+        int t = i < p->audio ? (int)((int64_t)i * p->frames / p->audio) : 0;
+        for (int j = 0; j < half; j++) {
+            double ang = (pair_axis(rs, j) == 0 ? t : 0) * rs->freq[j];
+            cos_t[n * half + j] = (float)cos(ang);
+            sin_t[n * half + j] = (float)sin(ang);
+        }
+    }
 }
 
 /* -------------------------------------------------------- per-video grid */
@@ -281,7 +300,17 @@ static void make_grid(const preset *p, uint64_t seed, int64_t b, grid *g) {
                     g->field[n * FIELDS + m] = sqrt(2.0) * (cos(arg) * ph[m][0] - sin(arg) * ph[m][1]);
                 }
             }
-    /* Distinct outlier tokens anywhere on the grid. */
+    /* Packed tokens: audio is smooth in time, text has no smooth field. */
+    for (int i = 0; i < p->audio + p->text; i++, n++) {
+        int audio = i < p->audio;
+        g->region[n] = audio ? AUDIO_REGION : TEXT_REGION;
+        double ta = audio ? (double)i / p->audio : 0.0;
+        for (int m = 0; m < FIELDS; m++) {
+            double arg = TWO_PI * fq[m][0] * ta;
+            g->field[n * FIELDS + m] = audio ? sqrt(2.0) * (cos(arg) * ph[m][0] - sin(arg) * ph[m][1]) : 0.0;
+        }
+    }
+    /* Distinct outlier tokens anywhere in the sequence. */
     for (int i = 0; i < g->num_outliers; i++) {
         int64_t tok;
         int dup;
@@ -302,8 +331,8 @@ typedef struct {
     double udir[VCATTN_MAX_HEAD_DIM];              /* direction x pos_weight per positional pair */
     double koff[VCATTN_MAX_HEAD_DIM];              /* K offsets, massive pair included */
     double qmass[VCATTN_MAX_HEAD_DIM];             /* Q massive pair, 0 elsewhere */
-    double kproto[REGIONS][VCATTN_MAX_HEAD_DIM];   /* semantic channels only */
-    double vproto[REGIONS][VCATTN_MAX_HEAD_DIM];
+    double kproto[ALL_REGIONS][VCATTN_MAX_HEAD_DIM];   /* semantic channels only */
+    double vproto[ALL_REGIONS][VCATTN_MAX_HEAD_DIM];
     double vfield[FIELDS][VCATTN_MAX_HEAD_DIM];
     int spike[SPIKE_CHANNELS];
 } kv_params;
@@ -353,6 +382,12 @@ static void make_params(const preset *p, const rope_split *rs, uint64_t seed, in
             for (int j = 0; j < i; j++) dup |= kp->spike[j] == kp->spike[i];
         } while (dup);
     }
+    /* Drawn last, so the video-only presets keep their bytes. */
+    for (int i = REGIONS; i < ALL_REGIONS; i++)
+        for (int d = 0; d < D; d++) {
+            kp->kproto[i][d] = kp->cls[d] == CH_SEM ? rng_normal(&r) : 0.0;
+            kp->vproto[i][d] = rng_normal(&r);
+        }
 }
 
 /* ----------------------------------------------------------------- tensors */
@@ -398,8 +433,9 @@ static void fill_v(const preset *p, const grid *g, const kv_params *kp, uint64_t
     rng r = rng_stream(seed, TAG_V, b, h);
     for (int64_t n = 0; n < N; n++) {
         const double *proto = kp->vproto[g->region[n]], *f = &g->field[n * FIELDS];
+        const double vp = g->region[n] == TEXT_REGION ? V_PROTO_TEXT : V_PROTO;
         for (int d = 0; d < D; d++) {
-            double s = V_PROTO * proto[d] + V_NOISE * rng_normal(&r);
+            double s = vp * proto[d] + V_NOISE * rng_normal(&r);
             for (int m = 0; m < FIELDS; m++) s += f[m] * kp->vfield[m][d];
             dst[n * D + d] = (float)s;
         }
@@ -430,7 +466,7 @@ vcattn_status vcattn_workload_generate(const char *name, uint64_t seed, vcattn_w
         if (strcmp(name, PRESETS[i].name) == 0) p = &PRESETS[i];
     if (!p) return VCATTN_ERR_UNKNOWN_NAME;
 
-    const int64_t N = (int64_t)p->frames * p->height * p->width, D = p->head_dim;
+    const int64_t N = (int64_t)p->frames * p->height * p->width + p->audio + p->text, D = p->head_dim;
     const int64_t B = p->batch, Hq = p->heads_q, Hkv = p->heads_kv;
     const rope_split rs = rope_split_of(p->head_dim);
     vcattn_workload w;
