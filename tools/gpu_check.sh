@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Everything the GPU side promises, on a machine with an sm_90 GPU, in one
+# run: the test suite (GPU tests included), both kernel versions, the
+# sanitizers on the small cases, the SASS facts of the vc kernel, and the
+# benchmark. Logs and JSON go to $1 (default gpu-check/).
+#   bash tools/gpu_check.sh [OUT_DIR] [--quick]   (--quick: no sanitizers, no benchmark)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-gpu-check}
+quick=${2:-}
+mkdir -p "$out"
+BUILD=${BUILD:-build}
+status=0
+step() { echo "== $1"; }
+
+step "build"
+make build BUILD="$BUILD" >"$out/build.log" 2>&1 || { echo "build failed (see $out/build.log)"; exit 1; }
+
+step "make test"
+(cd "$BUILD" && ctest --output-on-failure -j 4) >"$out/ctest.log" 2>&1 || status=1
+grep -E "tests passed|Failed|Skipped" "$out/ctest.log"
+
+for version in v1 v2; do
+    step "test_cuda with VCATTN_KERNEL=$version"
+    VCATTN_KERNEL=$version "./$BUILD/test_cuda" >"$out/test_cuda_$version.log" 2>&1 || status=1
+    tail -1 "$out/test_cuda_$version.log"
+done
+
+step "SASS of the vc kernel (D 128, bf16 out)"
+cuobjdump --dump-sass "$BUILD/libvcattn.so" |
+    awk '/Function : .*vc_attention_ws_kernelILi128ELb1ELb1E13__nv_bfloat16/{f=1; next} f && /Function : /{f=0} f' |
+    grep -oE "IGMMA|QGMMA|MUFU\.[A-Z0-9]+|F2I[A-Z0-9.]*|I2F[A-Z0-9.]*|FFMA\.SAT|PRMT|LDL|STL" | sort | uniq -c |
+    tee "$out/sass.txt"
+
+if [ "$quick" != "--quick" ]; then
+    for tool in memcheck racecheck synccheck; do
+        step "compute-sanitizer $tool"
+        compute-sanitizer --tool "$tool" "./$BUILD/vcattn" run --workload tiny --backend cuda \
+            >"$out/sanitizer_$tool.log" 2>&1 || status=1
+        tail -1 "$out/sanitizer_$tool.log"
+    done
+    step "benchmark"
+    VCATTN_LIB="$BUILD/libvcattn.so" python3 bench/bench_attention.py --reps 3 --json "$out/bench.json" \
+        >"$out/bench.log" 2>&1 || status=1
+    grep -v Warn "$out/bench.log" | tail -9
+fi
+exit $status
