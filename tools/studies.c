@@ -398,9 +398,15 @@ vcattn_status study_schedule(const char *workload, uint64_t seed, int steps,
     for (int s = 0; s < steps; s++) {
         double th = 0.6 * (steps > 1 ? (double)s / (steps - 1) : 0.0), c = cos(th), sn = sin(th);
         for (int64_t i = 0; i < nq; i++) q[i] = (float)(c * a.q[i] + sn * b.q[i]);
+        /* Timestep-dependent outlier channels: 4 channels per kv head carry
+         * values 3x larger at the first step, fading to 1x at the last. */
+        double boost = 1.0 + 2.0 * (steps > 1 ? 1.0 - (double)s / (steps - 1) : 1.0);
         for (int64_t i = 0; i < nkv; i++) {
+            int64_t head = i / (a.tokens * a.head_dim), ch = i % a.head_dim;
+            int hot = 0;
+            for (int j = 0; j < 4; j++) hot |= ch == (head * 37 + j * 29) % a.head_dim;
             k[i] = (float)(c * a.k[i] + sn * b.k[i]);
-            v[i] = (float)(c * a.v[i] + sn * b.v[i]);
+            v[i] = (float)((c * a.v[i] + sn * b.v[i]) * (hot ? boost : 1.0));
         }
         fprintf(stderr, "[schedule] step %d/%d\n", s + 1, steps);
         if ((st = vcattn_reference_attention(&tq, &tk, &tv, &rope, 0.0f, ref, NULL))) goto done;

@@ -65,8 +65,10 @@ typedef struct {
 
 /* A trajectory of `steps` denoising steps drifting from the workload to an
  * independent one of the same shape (q, k, v rotate by an angle growing
- * linearly to 0.6 rad, end-to-start cosine 0.83), run with vc under the
- * paper's schedule and its alternatives; out has STUDY_SCHEDULE_COUNT rows. */
+ * linearly to 0.6 rad, end-to-start cosine 0.83; four V channels per head
+ * start 3x larger and fade to 1x: timestep-dependent outlier channels), run
+ * with vc under the paper's schedule and its alternatives; out has
+ * STUDY_SCHEDULE_COUNT rows. */
 vcattn_status study_schedule(const char *workload, uint64_t seed, int steps,
                              study_schedule_row out[STUDY_SCHEDULE_COUNT]);
 void study_schedule_print(const study_schedule_row rows[STUDY_SCHEDULE_COUNT], int steps, int json,
