@@ -8,7 +8,7 @@ for video diffusion transformers.
 
 Torch tensors (CPU or CUDA) and numpy arrays (CPU backend) are accepted.
 """
-from ._core import LayerState, VcattnError, config, lib  # noqa: F401 (config: public)
+from ._core import LayerState, VcattnError, _check_layout, check_step, config, lib  # noqa: F401 (config: public)
 
 __all__ = ["attention", "Session", "LayerState", "VcattnError", "config", "version"]
 
@@ -36,7 +36,6 @@ def attention(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, retu
             "vcattn: is_causal=True is not supported: V-Smooth reorders the keys by value clusters, so a "
             "causal mask (which needs the key order) cannot be applied; video DiT self-attention is "
             "non-causal. Use SDPA for causal layers.")
-    from ._core import _check_layout
     _check_layout(q, k, v, tensor_layout)
     if state is not None and not isinstance(state, LayerState):
         raise TypeError("vcattn: state must be a vcattn.LayerState (e.g. Session.layer(name)), got %s"
@@ -72,7 +71,6 @@ class Session:
 
     @step.setter
     def step(self, value):
-        from ._core import check_step
         value = check_step(value, self.num_inference_steps)
         self._step = value
         for layer in self._layers.values():

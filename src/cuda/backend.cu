@@ -52,12 +52,10 @@ struct call_state {
     int nstaged;
     char *work;
     size_t work_used;
-    int *host_flag;
 
     ~call_state() {
         for (int i = 0; i < nstaged; i++) cudaFreeAsync(staged[i], stream);
         if (work) cudaFreeAsync(work, stream);
-        if (host_flag) cudaFreeHost(host_flag);
     }
     vcattn_status cuda_fail(cudaError_t err, const char *what) {
         cudaGetLastError();
@@ -337,11 +335,13 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
 vcattn_status check_flag(call_state &cs, const vcattn_config *cfg, const operands &op) {
     if (!cfg->check_finite) return VCATTN_OK;
     cudaError_t err;
-    if ((err = cudaMallocHost((void **)&cs.host_flag, sizeof(int))) ||
-        (err = cudaMemcpyAsync(cs.host_flag, op.flag, sizeof(int), cudaMemcpyDeviceToHost, cs.stream)) ||
+    // One int to pageable memory, then the wait the status needs anyway
+    // (allocating a pinned buffer every call is far slower than this copy).
+    int found = 0;
+    if ((err = cudaMemcpyAsync(&found, op.flag, sizeof(int), cudaMemcpyDeviceToHost, cs.stream)) ||
         (err = cudaStreamSynchronize(cs.stream)))
         return cs.cuda_fail(err, "non-finite check");
-    if (*cs.host_flag)
+    if (found)
         return vcattn_fail(cs.ctx, VCATTN_ERR_NONFINITE_INPUT, "q, k, v or the rope tables contain NaN or Inf");
     return VCATTN_OK;
 }
