@@ -239,6 +239,7 @@ struct operands {
     float *kmean;
     int8_t *q_codes, *k_codes;
     float *q_mul, *lse_shift, *k_mul;
+    int need_lse_shift;    // set by the caller: computed only when an LSE is asked for
     uint8_t *v_records;
     float *tile_mean, *chan_mul;
 };
@@ -324,7 +325,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     if ((err = quantize_k(in.k, in.krope, ck, op->perm, mean, cfg->hadamard, hadamard_scale, op->k_codes,
                           op->k_mul, cs.stream)) ||
         (err = quantize_q(in.q, in.qrope, cq, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
-                          op->q_codes, op->q_mul, op->lse_shift, cs.stream)) ||
+                          op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, cs.stream)) ||
         (err = quantize_v(in.v, ck, op->perm, c.grouped, op->tile_mean, tile_amax, chan_inv, op->chan_mul,
                           op->v_records, cs.stream)))
         return cs.cuda_fail(err, "quantization");
@@ -369,7 +370,8 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     if (lse && (st = device_view(cs, "lse", lse, (size_t)(c.B * c.Hq * c.Nq) * sizeof(float), 4, device, 0,
                                  (void **)&dlse, &lse_staged)))
         return st;
-    operands op;
+    operands op = {};
+    op.need_lse_shift = lse != nullptr;
     if ((st = prepare_operands(cs, cfg, c, in, layer, device, &op))) return st;
 
     vc_attention_params p = {};
@@ -453,7 +455,8 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
     vcattn_status st = begin_call(ctx, cfg, c, &cs, &device);
     if (st) return st;
     call_inputs in;
-    operands op;
+    operands op = {};
+    op.need_lse_shift = 1;
     if ((st = stage_inputs(cs, c, q, k, v, rope, device, &in)) ||
         (st = prepare_operands(cs, cfg, c, in, layer, device, &op)) || (st = check_flag(cs, cfg, op)))
         return st;

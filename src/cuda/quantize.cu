@@ -6,6 +6,7 @@
 #include "kernels.h"
 #include "load.cuh"
 #include "operand_layout.h"
+#include "sm90/ptx.cuh"
 #include "../formats/formats.h"
 
 namespace {
@@ -14,45 +15,140 @@ constexpr int kRowThreads = 256;
 constexpr int kMeanChunk = 1024;  // keys per partial sum of the K channel mean
 constexpr int kMeanLanes = 8;     // token lanes per block of that sum
 
-__device__ __forceinline__ void rope_pair_index(int i, int d, int half_split, int &a, int &b) {
-    a = half_split ? i : 2 * i;
-    b = half_split ? i + d / 2 : 2 * i + 1;
+// ---- Rows in registers (shared by the K mean and the Q/K quantizers) ------
+
+// A row lives in one warp's registers: lane l holds the E = D/32 consecutive
+// elements [E l, E l + E). The per-row steps are then register arithmetic
+// and shuffles (the shared-memory version was instruction-bound: ~260 warp
+// instructions per row, docs/perf-notes.md).
+//
+// The warp's rows are loaded all at once, every load issued before any is
+// used: rows gathered through perm otherwise cost one DRAM latency each.
+template <int RPW, int E>
+__device__ __forceinline__ void load_rows(const dev_tensor &t, const int64_t (&at)[RPW],
+                                          const bool (&valid)[RPW], float (&x)[RPW][E]) {
+    if (t.vec && t.dtype == VCATTN_DTYPE_F32) {  // rows 16-byte aligned: one 8- or 16-byte load
+        const float *base = static_cast<const float *>(t.data);
+#pragma unroll
+        for (int i = 0; i < RPW; i++) {
+            if constexpr (E == 4) {
+                const float4 v = valid[i] ? *reinterpret_cast<const float4 *>(base + at[i]) : make_float4(0, 0, 0, 0);
+                x[i][0] = v.x; x[i][1] = v.y; x[i][2] = v.z; x[i][3] = v.w;
+            } else {
+                const float2 v = valid[i] ? *reinterpret_cast<const float2 *>(base + at[i]) : make_float2(0, 0);
+                x[i][0] = v.x; x[i][1] = v.y;
+            }
+        }
+    } else if (t.vec) {  // 16-bit: the raw words first, widened (exactly) after
+        const uint16_t *base = static_cast<const uint16_t *>(t.data);
+        uint32_t w[RPW][E / 2];
+#pragma unroll
+        for (int i = 0; i < RPW; i++) {
+            if constexpr (E == 4) {
+                const uint2 v = valid[i] ? *reinterpret_cast<const uint2 *>(base + at[i]) : make_uint2(0, 0);
+                w[i][0] = v.x; w[i][1] = v.y;
+            } else {
+                w[i][0] = valid[i] ? *reinterpret_cast<const uint32_t *>(base + at[i]) : 0u;
+            }
+        }
+        const bool bf16 = t.dtype == VCATTN_DTYPE_BF16;
+#pragma unroll
+        for (int i = 0; i < RPW; i++)
+#pragma unroll
+            for (int k = 0; k < E; k++) {
+                const uint16_t bits = (uint16_t)(w[i][k / 2] >> (16 * (k & 1)));
+                x[i][k] = bf16 ? __uint_as_float((uint32_t)bits << 16) : __half2float(__ushort_as_half(bits));
+            }
+    } else {  // strided rows: element by element
+#pragma unroll
+        for (int i = 0; i < RPW; i++)
+#pragma unroll
+            for (int k = 0; k < E; k++) {
+                float v = 0.0f;
+                if (valid[i]) {
+                    switch (t.dtype) {
+                    case VCATTN_DTYPE_BF16: v = __bfloat162float(static_cast<const __nv_bfloat16 *>(t.data)[at[i] + k]); break;
+                    case VCATTN_DTYPE_F16: v = __half2float(static_cast<const __half *>(t.data)[at[i] + k]); break;
+                    default: v = static_cast<const float *>(t.data)[at[i] + k];
+                    }
+                }
+                x[i][k] = v;
+            }
+    }
+}
+
+// RoPE of the lane's elements of row x at position src, as the CPU: for a
+// pair (xa, xb), xa co - xb si and xa si + xb co. CHECK: report non-finite
+// table entries (the K mean skips it: quantize_k reads the same entries).
+template <int D, bool CHECK>
+__device__ __forceinline__ void rope_row(const dev_rope &rope, const quant_common &c, int src, float *x) {
+    constexpr int E = D / 32;
+    if (!rope.cos_tab) return;
+    const int lane = threadIdx.x & 31;
+    if (rope.half_split) {  // pairs (i, i + D/2): lanes l and l ^ 16 hold the two halves
+        const bool first = lane < 16;
+        const int64_t at = (int64_t)src * (D / 2) + (lane & 15) * E;
+#pragma unroll
+        for (int k = 0; k < E; k++) {
+            float co = rope.cos_tab[at + k], si = rope.sin_tab[at + k];
+            if (CHECK) co = checked(co, c), si = checked(si, c);
+            const float other = __shfl_xor_sync(0xffffffffu, x[k], 16);
+            const float xa = first ? x[k] : other, xb = first ? other : x[k];
+            x[k] = first ? xa * co - xb * si : xa * si + xb * co;
+        }
+    } else {  // interleaved pairs (2i, 2i + 1) inside the lane
+        const int64_t at = (int64_t)src * (D / 2) + lane * (E / 2);
+#pragma unroll
+        for (int k = 0; k < E; k += 2) {
+            float co = rope.cos_tab[at + k / 2], si = rope.sin_tab[at + k / 2];
+            if (CHECK) co = checked(co, c), si = checked(si, c);
+            const float xa = x[k], xb = x[k + 1];
+            x[k] = xa * co - xb * si;
+            x[k + 1] = xa * si + xb * co;
+        }
+    }
 }
 
 // ---- K channel mean (post-RoPE), in double, deterministic chunk order -------
 
-// Block (D/2, kMeanLanes): lane y sums the chunk's tokens n = y mod kMeanLanes,
-// then lane 0 adds the lanes' sums in order (deterministic).
-__global__ void k_mean_partial_kernel(dev_tensor k, dev_rope rope, quant_common c, double *partials) {
-    __shared__ double lane_sum[kMeanLanes][2][128];
-    const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z, i = threadIdx.x, d = c.head_dim;
-    const int chunks = gridDim.x, y = threadIdx.y;
-    int ia, ib;
-    rope_pair_index(i, d, rope.half_split, ia, ib);
-    double sa = 0.0, sb = 0.0;
+// Block of kMeanLanes warps per chunk of keys: warp y sums the chunk's tokens
+// n = y mod kMeanLanes in token order, then the warps' sums are added in
+// order (deterministic).
+template <int D>
+__global__ void __launch_bounds__(32 * kMeanLanes) k_mean_partial_kernel(dev_tensor k, dev_rope rope,
+                                                                         quant_common c, double *partials) {
+    constexpr int E = D / 32, BATCH = 8;
+    __shared__ double lane_sum[kMeanLanes][D];
+    const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z, y = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int n1 = min(c.tokens, (chunk + 1) * kMeanChunk);
-    for (int n = chunk * kMeanChunk + y; n < n1; n += kMeanLanes) {
-        float xa = load_elem(k, b, h, n, ia), xb = load_elem(k, b, h, n, ib);
-        if (rope.cos_tab) {
-            const float co = rope.cos_tab[(int64_t)n * (d / 2) + i], si = rope.sin_tab[(int64_t)n * (d / 2) + i];
-            const float ra = xa * co - xb * si, rb = xa * si + xb * co;
-            xa = ra;
-            xb = rb;
+    double sum[E] = {};
+    for (int n0 = chunk * kMeanChunk + y; n0 < n1; n0 += kMeanLanes * BATCH) {
+        int64_t at[BATCH];
+        bool valid[BATCH];
+#pragma unroll
+        for (int i = 0; i < BATCH; i++) {
+            valid[i] = n0 + kMeanLanes * i < n1;
+            at[i] = b * k.sb + h * k.sh + (int64_t)(n0 + kMeanLanes * i) * k.sn + lane * E;
         }
-        sa += xa;
-        sb += xb;
+        float x[BATCH][E];
+        load_rows<BATCH, E>(k, at, valid, x);
+#pragma unroll
+        for (int i = 0; i < BATCH; i++) {
+            if (valid[i]) {
+                rope_row<D, false>(rope, c, n0 + kMeanLanes * i, x[i]);
+#pragma unroll
+                for (int e = 0; e < E; e++) sum[e] += x[i][e];
+            }
+        }
     }
-    lane_sum[y][0][i] = sa;
-    lane_sum[y][1][i] = sb;
+#pragma unroll
+    for (int e = 0; e < E; e++) lane_sum[y][lane * E + e] = sum[e];
     __syncthreads();
-    if (y) return;
-    for (int l = 1; l < kMeanLanes; l++) {
-        sa += lane_sum[l][0][i];
-        sb += lane_sum[l][1][i];
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        double s = lane_sum[0][i];
+        for (int l = 1; l < kMeanLanes; l++) s += lane_sum[l][i];
+        partials[(((int64_t)b * gridDim.y + h) * gridDim.x + chunk) * D + i] = s;
     }
-    double *out = partials + (((int64_t)b * gridDim.y + h) * chunks + chunk) * d;
-    out[ia] = sa;
-    out[ib] = sb;
 }
 
 __global__ void k_mean_final_kernel(const double *partials, int chunks, quant_common c, float *mean) {
@@ -76,108 +172,153 @@ struct row_args {
     float hadamard_scale;
     int8_t *codes;
     float *scales;
-    float *lse_shift;        // Q only
+    float *lse_shift;        // Q only, may be NULL (no LSE asked for)
 };
 
-// Row x[D] in shared memory (token n, original position src) rotated,
-// smoothed and Hadamard-transformed in place, as the CPU's prepare_q /
-// prepare_kv; returns the row's amax. One warp.
-template <bool IS_KEY>
-__device__ float transform_row(const row_args &a, int b, int h, int n, int src, float *x) {
-    const int lane = threadIdx.x & 31, d = a.c.head_dim;
-    if (a.rope.cos_tab) {
-        for (int i = lane; i < d / 2; i += 32) {
-            int ia, ib;
-            rope_pair_index(i, d, a.rope.half_split, ia, ib);
-            const float co = checked(a.rope.cos_tab[(int64_t)src * (d / 2) + i], a.c);
-            const float si = checked(a.rope.sin_tab[(int64_t)src * (d / 2) + i], a.c);
-            const float xa = x[ia], xb = x[ib];
-            x[ia] = xa * co - xb * si;
-            x[ib] = xa * si + xb * co;
-        }
-        __syncwarp();
-    }
+// Row (token n, original position src) rotated, smoothed and Hadamard-
+// transformed in place, with the arithmetic of the CPU's prepare_q /
+// prepare_kv (same products and sums, same bits); returns the row's amax.
+// mean: the lane's E elements of the K channel mean (used when a.kmean).
+template <int D, bool IS_KEY>
+__device__ __forceinline__ float transform_row(const row_args &a, int64_t head, int n, int src,
+                                               const float (&mean)[D / 32], float *x) {
+    constexpr int E = D / 32;
+    const int lane = threadIdx.x & 31;
+    rope_row<D, true>(a.rope, a.c, src, x);
     if (a.kmean) {
         if constexpr (IS_KEY) {
-            const float *mean = a.kmean + ((int64_t)b * a.c.heads + h) * d;
-            for (int i = lane; i < d; i += 32) x[i] = x[i] - mean[i];
-        } else {
-            const int hkv = h / (a.c.heads / a.heads_kv);
-            const float *mean = a.kmean + ((int64_t)b * a.heads_kv + hkv) * d;
+#pragma unroll
+            for (int k = 0; k < E; k++) x[k] = x[k] - mean[k];
+        } else if (a.lse_shift) {
             double s = 0.0;
-            for (int i = lane; i < d; i += 32) s += (double)x[i] * mean[i];
+#pragma unroll
+            for (int k = 0; k < E; k++) s += (double)x[k] * mean[k];
             s = warp_sum(s);
-            if (lane == 0)
-                a.lse_shift[((int64_t)b * a.c.heads + h) * a.c.tokens + n] = (float)(s * a.sm_scale);
+            if (lane == 0) a.lse_shift[head * a.c.tokens + n] = (float)(s * a.sm_scale);
         }
-        __syncwarp();
     }
     if (a.hadamard) {
-        // Sylvester order, stage by stage, as cpu_hadamard: same sums, same bits.
-        for (int span = 1; span < d; span *= 2) {
-            for (int q = lane; q < d / 2; q += 32) {
-                const int j = (q / span) * 2 * span + q % span;
-                const float u = x[j], w = x[j + span];
-                x[j] = u + w;
-                x[j + span] = u - w;
+        // Sylvester order, stage by stage, as cpu_hadamard: x[j] = u + w and
+        // x[j + span] = u - w for u = x[j], w = x[j + span].
+#pragma unroll
+        for (int span = 1; span < E; span *= 2)
+#pragma unroll
+            for (int k = 0; k < E; k++)
+                if (!(k & span)) {
+                    const float u = x[k], w = x[k + span];
+                    x[k] = u + w;
+                    x[k + span] = u - w;
+                }
+#pragma unroll
+        for (int span = E; span < D; span *= 2) {
+            const bool upper = lane & (span / E);
+#pragma unroll
+            for (int k = 0; k < E; k++) {
+                const float other = __shfl_xor_sync(0xffffffffu, x[k], span / E);
+                x[k] = upper ? other - x[k] : x[k] + other;
             }
-            __syncwarp();
         }
-        for (int i = lane; i < d; i += 32) x[i] = x[i] * a.hadamard_scale;
-        __syncwarp();
+#pragma unroll
+        for (int k = 0; k < E; k++) x[k] = x[k] * a.hadamard_scale;
     }
     float m = 0.0f;
-    for (int i = lane; i < d; i += 32) m = fmaxf(m, fabsf(x[i]));
+#pragma unroll
+    for (int k = 0; k < E; k++) m = fmaxf(m, fabsf(x[k]));
     return warp_max(m);
 }
 
-template <bool IS_KEY>
+// The lane's E codes as one little-endian word: vcattn_int8_encode, with the
+// byte taken from the magic-number sum's bits (RNE, no F2I).
+template <int E>
+__device__ __forceinline__ uint32_t int8_codes(const float *x, float inv_scale) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int k = 0; k < E; k++) {
+        const float v = fminf(fmaxf(x[k] * inv_scale, -127.0f), 127.0f);
+        word |= (__float_as_uint(v + 12582912.0f) & 0xffu) << (8 * k);
+    }
+    return word;
+}
+
+// One tile of R rows (Q: 64, K: 128) per block, R/8 rows per warp held in
+// registers until the scales are known; codes staged row-major (rows padded
+// by 16 bytes: the 16-byte reads of the copy-out hit distinct banks), then
+// written out in the tile image order, 16 bytes per thread.
+template <int D, bool IS_KEY>
 __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) {
-    constexpr int R = IS_KEY ? VC_KV_ROWS : VC_Q_ROWS;
-    extern __shared__ float rows[];  // [R][D + 4]: padded so the encode reads miss no bank
+    constexpr int R = IS_KEY ? VC_KV_ROWS : VC_Q_ROWS, E = D / 32, WARPS = kRowThreads / 32;
+    constexpr int RPW = R / WARPS, LD = D + 16;
+    __shared__ alignas(16) int8_t staged[R * LD];
     __shared__ float row_amax[R];
-    __shared__ float inv_scale[R];
-    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim, ld = d + 4;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = kRowThreads / 32;
+    __shared__ float group_inv[4];
+    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t head = (int64_t)b * a.c.heads + h;
     const int tiles = gridDim.x;
 
-    load_tile(a.x, a.c, b, h, a.perm, tile * R, R, rows, ld);
-    __syncthreads();
-    for (int r = warp; r < R; r += warps) {
-        const int n = tile * R + r;
-        float amax = 0.0f;
-        if (n < a.c.tokens)
-            amax = transform_row<IS_KEY>(a, b, h, n, a.perm ? a.perm[head * a.c.tokens + n] : n, rows + r * ld);
-        if (lane == 0) row_amax[r] = amax;
+    float mean[E] = {};
+    if (a.kmean) {
+        const int64_t mrow = IS_KEY ? head : (int64_t)b * a.heads_kv + h / (a.c.heads / a.heads_kv);
+#pragma unroll
+        for (int k = 0; k < E; k++) mean[k] = a.kmean[mrow * D + lane * E + k];
     }
-    __syncthreads();
-    if (IS_KEY) {
-        // 4 scales per tile: keys with the same (key % 8) / 2 (a thread's keys).
+    int src[RPW];
+    int64_t at[RPW];
+    bool valid[RPW];
+#pragma unroll
+    for (int i = 0; i < RPW; i++) {
+        const int n = tile * R + warp + WARPS * i;
+        valid[i] = n < a.c.tokens;
+        src[i] = valid[i] ? (a.perm ? a.perm[head * a.c.tokens + n] : n) : 0;
+        at[i] = b * a.x.sb + h * a.x.sh + (int64_t)src[i] * a.x.sn + lane * E;
+    }
+    float x[RPW][E];
+    load_rows<RPW, E>(a.x, at, valid, x);
+#pragma unroll
+    for (int i = 0; i < RPW; i++) {
+        const int r = warp + WARPS * i, n = tile * R + r;
+        float amax = 0.0f;
+        if (valid[i]) {
+            if (a.c.check_finite)
+#pragma unroll
+                for (int k = 0; k < E; k++) checked(x[i][k], a.c);
+            amax = transform_row<D, IS_KEY>(a, head, n, src[i], mean, x[i]);
+        }
+        if constexpr (IS_KEY) {
+            if (lane == 0) row_amax[r] = amax;
+        } else {  // per-token scale: encode now
+            const vcattn_int8_scale s = vcattn_int8_scale_from_amax(amax);
+            if (lane == 0) a.scales[head * tiles * R + tile * R + r] = s.scale;
+            const uint32_t w = int8_codes<E>(x[i], s.inv_scale);
+            if constexpr (E == 4) *reinterpret_cast<uint32_t *>(staged + r * LD + lane * E) = w;
+            else *reinterpret_cast<uint16_t *>(staged + r * LD + lane * E) = (uint16_t)w;
+        }
+    }
+    if constexpr (IS_KEY) {
+        // 4 scales per tile: keys with the same (key % 8) / 2 (a thread's keys in the attention kernel).
+        __syncthreads();
         if (threadIdx.x < 4) {
             float m = 0.0f;
-            for (int r = 0; r < R; r++)
-                if (((r & 7) >> 1) == (int)threadIdx.x) m = fmaxf(m, row_amax[r]);
+            for (int r = 2 * threadIdx.x; r < R; r += 8) m = fmaxf(m, fmaxf(row_amax[r], row_amax[r + 1]));
             const vcattn_int8_scale s = vcattn_int8_scale_from_amax(m);
             a.scales[(head * tiles + tile) * 4 + threadIdx.x] = s.scale;
-            for (int r = threadIdx.x * 2; r < R; r += 8) inv_scale[r] = inv_scale[r + 1] = s.inv_scale;
+            group_inv[threadIdx.x] = s.inv_scale;
         }
-    } else if (threadIdx.x < R) {
-        const vcattn_int8_scale s = vcattn_int8_scale_from_amax(row_amax[threadIdx.x]);
-        a.scales[head * tiles * R + tile * R + threadIdx.x] = s.scale;
-        inv_scale[threadIdx.x] = s.inv_scale;
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < RPW; i++) {
+            const int r = warp + WARPS * i;
+            const uint32_t w = int8_codes<E>(x[i], group_inv[(r & 7) >> 1]);
+            if constexpr (E == 4) *reinterpret_cast<uint32_t *>(staged + r * LD + lane * E) = w;
+            else *reinterpret_cast<uint16_t *>(staged + r * LD + lane * E) = (uint16_t)w;
+        }
     }
     __syncthreads();
-    // Encode, four bytes per thread in the order of the tile image (coalesced).
-    uint32_t *out = reinterpret_cast<uint32_t *>(a.codes + (head * tiles + tile) * (int64_t)R * d);
-    for (int w = threadIdx.x; w < R * d / 4; w += kRowThreads) {
+    uint4 *out = reinterpret_cast<uint4 *>(a.codes + (head * tiles + tile) * (int64_t)R * D);
+    for (int c = threadIdx.x; c < R * D / 16; c += kRowThreads) {
         uint32_t row, col;
-        vc_tile_coords((uint32_t)w * 4, R, &row, &col);
-        const float *x = rows + row * ld + col;
-        const float inv = inv_scale[row];
-        uint32_t word = 0;
-        for (int e = 0; e < 4; e++) word |= (uint32_t)(uint8_t)vcattn_int8_encode(x[e], inv) << (8 * e);
-        out[w] = word;
+        vc_tile_coords((uint32_t)c * 16, R, &row, &col);
+        out[c] = *reinterpret_cast<const uint4 *>(staged + row * LD + col);
     }
 }
 
@@ -235,7 +376,9 @@ __global__ void v_scales_kernel(v_args a, int tiles) {
 
 // V^T record of one tile: codes read straight from the float tile in the
 // order of the record's bytes (token sigma-permuted within 16), ones rows,
-// then the block mean in code units.
+// then the block mean in code units. A thread writes 16 bytes: one channel,
+// the 16 key positions of a 16-group (a warp's lanes take 32 channels, so
+// the reads of one token hit distinct banks).
 __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
     extern __shared__ float rows[];  // [128][D + 4]
     const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim, ld = d + 4;
@@ -248,21 +391,27 @@ __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
     __syncthreads();
     uint8_t *rec = a.records + (head * tiles + tile) * (int64_t)vc_v_record_bytes(d);
     const uint32_t vt_rows = d + VC_ONES_ROWS;
-    uint32_t *words = reinterpret_cast<uint32_t *>(rec);
-    for (uint32_t w = threadIdx.x; w < vc_vt_bytes(d) / 4; w += kRowThreads) {
+    uint4 *chunks = reinterpret_cast<uint4 *>(rec);
+    for (uint32_t c = threadIdx.x; c < vc_vt_bytes(d) / 16; c += kRowThreads) {
         uint32_t row, col;
-        vc_tile_coords(w * 4, vt_rows, &row, &col);
-        uint32_t word = 0x38383838u;  // the ones rows: E4M3 1.0
+        vc_tile_coords(c * 16, vt_rows, &row, &col);
+        uint4 chunk = make_uint4(0x38383838u, 0x38383838u, 0x38383838u, 0x38383838u);  // ones rows: E4M3 1.0
         if (row < (uint32_t)d) {
             const float mu = mean[row], scale = inv[row];
-            word = 0;
-            for (int e = 0; e < 4; e++) {
-                const uint32_t p = col + e, token = (p & ~15u) + vc_sigma(p & 15);
-                if ((int)token < count)
-                    word |= (uint32_t)vcattn_e4m3_encode((rows[token * ld + row] - mu) * scale) << (8 * e);
+            uint32_t w[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                float f[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const uint32_t token = col + vc_sigma(4 * q + e);  // col is a multiple of 16
+                    f[e] = (int)token < count ? (rows[token * ld + row] - mu) * scale : 0.0f;
+                }
+                w[q] = cvt_e4m3x2(f[0], f[1]) | (cvt_e4m3x2(f[2], f[3]) << 16);
             }
+            chunk = make_uint4(w[0], w[1], w[2], w[3]);
         }
-        words[w] = word;
+        chunks[c] = chunk;
     }
     float *mu = reinterpret_cast<float *>(rec + vc_vt_bytes(d));
     for (int ch = threadIdx.x; ch < d; ch += kRowThreads)
@@ -278,19 +427,25 @@ size_t k_channel_mean_partials(int batch, int heads, int tokens, int head_dim) {
 cudaError_t k_channel_mean(const dev_tensor &k, const dev_rope &rope, const quant_common &c,
                            double *partials, float *mean, cudaStream_t stream) {
     const int chunks = (c.tokens + kMeanChunk - 1) / kMeanChunk;
-    k_mean_partial_kernel<<<dim3(chunks, c.heads, c.batch), dim3(c.head_dim / 2, kMeanLanes), 0, stream>>>(
-        k, rope, c, partials);
+    const dim3 grid(chunks, c.heads, c.batch);
+    if (c.head_dim == 128) k_mean_partial_kernel<128><<<grid, 32 * kMeanLanes, 0, stream>>>(k, rope, c, partials);
+    else if (c.head_dim == 64) k_mean_partial_kernel<64><<<grid, 32 * kMeanLanes, 0, stream>>>(k, rope, c, partials);
+    else return cudaErrorInvalidValue;
     k_mean_final_kernel<<<c.batch * c.heads, c.head_dim, 0, stream>>>(partials, chunks, c, mean);
     return cudaGetLastError();
 }
 
-static cudaError_t launch_rows(bool is_key, const row_args &a, int rows_per_tile, int tiles,
-                               cudaStream_t stream) {
-    const int smem = rows_per_tile * (a.c.head_dim + 4) * (int)sizeof(float);
-    auto kernel = is_key ? quantize_rows_kernel<true> : quantize_rows_kernel<false>;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err != cudaSuccess) return err;
-    kernel<<<dim3(tiles, a.c.heads, a.c.batch), kRowThreads, smem, stream>>>(a);
+static cudaError_t launch_rows(bool is_key, const row_args &a, int tiles, cudaStream_t stream) {
+    const dim3 grid(tiles, a.c.heads, a.c.batch);
+    if (a.c.head_dim == 128) {
+        if (is_key) quantize_rows_kernel<128, true><<<grid, kRowThreads, 0, stream>>>(a);
+        else quantize_rows_kernel<128, false><<<grid, kRowThreads, 0, stream>>>(a);
+    } else if (a.c.head_dim == 64) {
+        if (is_key) quantize_rows_kernel<64, true><<<grid, kRowThreads, 0, stream>>>(a);
+        else quantize_rows_kernel<64, false><<<grid, kRowThreads, 0, stream>>>(a);
+    } else {
+        return cudaErrorInvalidValue;
+    }
     return cudaGetLastError();
 }
 
@@ -298,7 +453,7 @@ cudaError_t quantize_k(const dev_tensor &k, const dev_rope &rope, const quant_co
                        const int32_t *perm, const float *mean, int hadamard, float hadamard_scale,
                        int8_t *codes, float *scales, cudaStream_t stream) {
     row_args a = {k, rope, c, perm, mean, c.heads, 0.0f, hadamard, hadamard_scale, codes, scales, nullptr};
-    return launch_rows(true, a, VC_KV_ROWS, (c.tokens + VC_KV_ROWS - 1) / VC_KV_ROWS, stream);
+    return launch_rows(true, a, (c.tokens + VC_KV_ROWS - 1) / VC_KV_ROWS, stream);
 }
 
 cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_common &c,
@@ -306,7 +461,7 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
                        float hadamard_scale, int tiles, int8_t *codes, float *scales,
                        float *lse_shift, cudaStream_t stream) {
     row_args a = {q, rope, c, nullptr, kmean, heads_kv, sm_scale, hadamard, hadamard_scale, codes, scales, lse_shift};
-    return launch_rows(false, a, VC_Q_ROWS, tiles, stream);
+    return launch_rows(false, a, tiles, stream);
 }
 
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean,
