@@ -97,7 +97,7 @@ def kernel_ms(fn, reps, name="vc_attention"):
     return (statistics.median(times) if times else float("nan")), {k: sum(v) / reps for k, v in pre.items()}
 
 
-def bench_shape(vc, name, shape, reps, compare_v1=False):
+def bench_shape(vc, name, shape, reps, versions=()):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
     b, h, n, d = shape
@@ -128,8 +128,8 @@ def bench_shape(vc, name, shape, reps, compare_v1=False):
     row["vc_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
     row["vc_kernel_ms"], row["vc_preprocess_ms"] = kernel_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
 
-    if compare_v1:  # both kernel versions, same inputs (VCATTN_KERNEL)
-        for version in ("v1", "v2"):
+    if versions:  # kernel versions side by side, same inputs (VCATTN_KERNEL)
+        for version in versions:
             os.environ["VCATTN_KERNEL"] = version
             row["vc_%s_kernel_ms" % version], _ = kernel_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
         del os.environ["VCATTN_KERNEL"]
@@ -150,13 +150,14 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None)
     ap.add_argument("--lib", default=None)
-    ap.add_argument("--compare-v1", action="store_true", help="also time the v1 kernel")
+    ap.add_argument("--kernels", default="", help="also time these kernel versions, e.g. v1,v2,v3,v4")
     args = ap.parse_args()
     vc = Vcattn(args.lib)
     rows = []
     for name in args.shapes.split(","):
         print("bench %s ..." % name, file=sys.stderr)
-        rows.append(bench_shape(vc, name, SHAPES[name], args.reps, args.compare_v1))
+        versions = [v for v in args.kernels.split(",") if v]
+        rows.append(bench_shape(vc, name, SHAPES[name], args.reps, versions))
         torch.cuda.empty_cache()
     print("TFLOP/s (ratio to cuDNN BF16), medians of %d runs" % args.reps)
     print("%-14s %12s %12s %12s %12s %12s %12s" % ("shape", "cuDNN", "flash", "vc kernel", "vc call",
@@ -173,10 +174,11 @@ def main():
                                             cell(r["vc_kernel_ms"]), cell(r["vc_call_ms"]),
                                             cell(r["vc_grouping_ms"]), cell(r["sage2_ours_call_ms"])))
     for r in rows:
-        if "vc_v1_kernel_ms" in r:
+        timed = [k for k in sorted(r) if k.startswith("vc_v") and k.endswith("_kernel_ms")]
+        if timed:
             shape = (r["B"], r["H"], r["N"], r["D"])
-            print("%-14s v1 kernel %5.0f TFLOP/s, v2 kernel %5.0f" % (
-                r["shape"], tflops(shape, r["vc_v1_kernel_ms"]), tflops(shape, r["vc_v2_kernel_ms"])))
+            print("%-14s kernel TFLOP/s: %s" % (r["shape"], ", ".join(
+                "%s %.0f" % (k[3:-10], tflops(shape, r[k])) for k in timed)))
     print("sage2* = our sage2 variant (exp-then-cast, no V-Smooth); SageAttention2 itself: %s" %
           ("timed (sage2_ms)" if any(r["sage2_ms"] for r in rows) else "not importable here"))
     meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),

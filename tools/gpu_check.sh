@@ -20,7 +20,7 @@ step "make test"
 (cd "$BUILD" && ctest --output-on-failure -j 4) >"$out/ctest.log" 2>&1 || status=1
 grep -E "tests passed|Failed|Skipped" "$out/ctest.log"
 
-for version in v1 v2; do
+for version in v1 v3; do
     step "test_cuda with VCATTN_KERNEL=$version"
     VCATTN_KERNEL=$version "./$BUILD/test_cuda" >"$out/test_cuda_$version.log" 2>&1 || status=1
     tail -1 "$out/test_cuda_$version.log"

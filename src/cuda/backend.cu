@@ -162,7 +162,7 @@ const int32_t *layer_device_perm(vcattn_layer *layer, size_t count, int device, 
 // The shape of one call and what it does for V-Smooth.
 struct call_shape {
     int64_t B, Hq, Hkv, Nq, Nk, D;
-    int clusters, T, QT;  // QT: 64-row Q tiles rounded up to even (v2 CTAs take two)
+    int clusters, T, QT;  // QT: 64-row Q tiles rounded up to even (v3 CTAs take two)
     vcattn_grouping plan;
     int grouped, regroup;
 };
@@ -389,14 +389,14 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     const float sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)c.D);
     p.score_mul = sm_scale * 1.4426950408889634f;
     p.expcast_bias = 120.0f + cfg->expcast_beta;
-    // Measured (perf-notes.md): v2 wins at D 128, v1 at D 64, where the
+    // Measured (perf-notes.md): v3 wins at D 128, v1 at D 64, where the
     // softmax dominates and two independent CTAs per SM beat the ping-pong.
-    // VCATTN_KERNEL=v1|v2 overrides, for A/B measurements.
+    // VCATTN_KERNEL=v1|v3 overrides, for A/B measurements.
     const char *forced = getenv("VCATTN_KERNEL");
     const int version = forced && strcmp(forced, "v1") == 0   ? 1
-                        : forced && strcmp(forced, "v2") == 0 ? 2
+                        : forced && strcmp(forced, "v3") == 0 ? 3
                         : c.D == 64                           ? 1
-                                                              : 2;
+                                                              : 3;
     if ((err = vc_attention_sm90(p, (int)c.D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped, version,
                                  cs.stream)))
         return cs.cuda_fail(err, "attention kernel");

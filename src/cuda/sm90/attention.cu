@@ -4,9 +4,10 @@
 // return the row sum of the decoded P; then the two-level update
 // acc = alpha * acc + (P V + r mu). Arithmetic: docs/formats.md; layout and
 // reasoning: docs/cuda-design.md; measurements: docs/perf-notes.md.
-// Two schedules of the same per-tile steps (RowState): v2 (default at D 128)
+// Two schedules of the same per-tile steps (RowState): v3 (default at D 128)
 // is warp-specialized with two consumer warpgroups in ping-pong, v1 one
-// warpgroup per CTA (default at D 64).
+// warpgroup per CTA (default at D 64). (v2, the ping-pong with a turn per
+// GEMM, and v4, softmax(j) under PV(j-1), measured slower: perf-notes.md.)
 #include "attention.h"
 #include "ptx.cuh"
 #include "softmax.cuh"
@@ -93,8 +94,8 @@ struct RowState {
         float tmax0, tmax1;
         tile_row_max(s, A0, A1, tmax0, tmax1);
         const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
-        pt.alpha0 = exp2f(m0 - mn0);
-        pt.alpha1 = exp2f(m1 - mn1);
+        pt.alpha0 = ex2_approx(m0 - mn0);  // <= 1; relative error 2^-22, inside the tolerance
+        pt.alpha1 = ex2_approx(m1 - mn1);
         if (tail) encode_p<EXPCAST, true>(s, A0, A1, mn0, mn1, expcast_bias, pt.a);
         else encode_p<EXPCAST, false>(s, A0, A1, mn0, mn1, expcast_bias, pt.a);
         m0 = mn0;
@@ -117,13 +118,13 @@ struct RowState {
     __device__ __forceinline__ void update(const float *pacc, const uint8_t *v, const TileP &pt, int t) {
         const float alpha0 = pt.alpha0, alpha1 = pt.alpha1;
         const float r0 = pacc[D / 2], r1 = pacc[D / 2 + 2];
-        const float *mu = reinterpret_cast<const float *>(v + Sizes<D>::vt_rows * VC_KV_ROWS);
+        const uint32_t mu = smem_addr(v + Sizes<D>::vt_rows * VC_KV_ROWS);
 #pragma unroll
         for (int i = 0; i < D / 2; i += 2) {
             const bool lower = (i >> 1) & 1;
             float x0 = pacc[i], x1 = pacc[i + 1];
             if constexpr (VSMOOTH) {
-                const float2 mv = *reinterpret_cast<const float2 *>(mu + acc_col(i, t));
+                const float2 mv = lds_float2(mu + 4 * acc_col(i, t));
                 x0 = __fmaf_rn(lower ? r1 : r0, mv.x, x0);
                 x1 = __fmaf_rn(lower ? r1 : r0, mv.y, x1);
             }
@@ -171,11 +172,13 @@ __device__ __forceinline__ int kv_head_of(const vc_attention_params &p, int head
 }
 
 // ---------------------------------------------------------------------------
-// v2: warp-specialized. Warpgroup 0 is the producer (one thread issues the
+// v3: warp-specialized. Warpgroup 0 is the producer (one thread issues the
 // bulk copies into a kStages-deep ring guarded by full/empty mbarriers);
 // warpgroups 1 and 2 each own 64 of the CTA's 128 query rows and take turns
-// on the tensor cores (ping-pong on two named barriers), so one's softmax
-// runs while the other's GEMM does.
+// on the tensor cores (ping-pong on two named barriers). In its turn a
+// warpgroup issues QK(j) and PV(j-1) back to back, then waits for both and
+// does update(j-1) and softmax(j) while the other warpgroup's pair runs: one
+// wgmma round trip per tile instead of two.
 // ---------------------------------------------------------------------------
 constexpr int kWsThreads = 384;
 enum : uint32_t { kSchedBarrier = 1 };  // ids 1 and 2: "consumer w may issue"
@@ -223,10 +226,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
         for (int j = 0; j < T; j++) {
             const int s = j % kStages;
             const uint32_t free_parity = ((j / kStages) & 1) ^ 1;  // a fresh barrier passes parity 1
-            mbar_wait(&sm.empty_k[s], free_parity);
+            mbar_wait_suspended(&sm.empty_k[s], free_parity);
             mbar_arrive_expect_tx(&sm.full_k[s], Sizes<D>::k);
             bulk_load(sm.k[s], k_tiles + (int64_t)j * Sizes<D>::k, Sizes<D>::k, &sm.full_k[s]);
-            mbar_wait(&sm.empty_v[s], free_parity);
+            mbar_wait_suspended(&sm.empty_v[s], free_parity);
             mbar_arrive_expect_tx(&sm.full_v[s], Sizes<D>::v);
             bulk_load(sm.v[s], v_tiles + (int64_t)j * Sizes<D>::v, Sizes<D>::v, &sm.full_v[s]);
         }
@@ -250,36 +253,66 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
         __syncwarp();
         if (lane == 0) mbar_arrive(empty);
     };
-    // QK(j), softmax(j), PV(j) in order; the other warpgroup fills the gaps.
-    for (int j = 0; j < T; j++) {
-        const int s = j % kStages;
-        const uint32_t parity = (j / kStages) & 1;
+    TileP prev;  // P of tile j-1, in the A registers of its PV
+    {
         int32_t sacc[64];
-        mbar_wait(&sm.full_k[s], parity);
+        mbar_wait(&sm.full_k[0], 0);
         named_barrier_sync(my_turn, 256);
-        st.issue_qk(sacc, sm.q[w], sm.k[s]);
+        st.issue_qk(sacc, sm.q[w], sm.k[0]);
         named_barrier_arrive(other_turn, 256);
         wgmma_wait_all();
 #pragma unroll
         for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
-        release(&sm.empty_k[s]);
-
-        TileP pt;
-        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, pt);
-
+        release(&sm.empty_k[0]);
+        st.softmax(sacc, k_mul[t], T == 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, prev);
+    }
+    // Two P buffers used in turn: a register copy between the wgmma
+    // issues would make ptxas serialize them (advisory C7513).
+    TileP next;
+    auto step = [&](int j, TileP &prev_p, TileP &cur_p) {
+        const int s = j % kStages, sp = (j - 1) % kStages;
+        int32_t sacc[64];
         float pacc[D / 2 + 4];
-        mbar_wait(&sm.full_v[s], parity);
+        mbar_wait(&sm.full_k[s], (j / kStages) & 1);
+        mbar_wait(&sm.full_v[sp], ((j - 1) / kStages) & 1);
         named_barrier_sync(my_turn, 256);
-        st.issue_pv(pacc, pt, sm.v[s]);
-        if (!(w == 1 && j == T - 1)) named_barrier_arrive(other_turn, 256);  // no one waits for the last
+        st.issue_qk(sacc, sm.q[w], sm.k[s]);
+        st.issue_pv(pacc, prev_p, sm.v[sp]);
+        named_barrier_arrive(other_turn, 256);
         wgmma_wait_all();
 #pragma unroll
-        for (int i = 0; i < 16; i++) reg_fence(pt.a[i]);  // in use by the PV wgmma until here
+        for (int i = 0; i < 16; i++) reg_fence(prev_p.a[i]);
 #pragma unroll
         for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
-        st.update(pacc, sm.v[s], pt, t);
-        release(&sm.empty_v[s]);
+#pragma unroll
+        for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
+        release(&sm.empty_k[s]);
+        st.update(pacc, sm.v[sp], prev_p, t);
+        release(&sm.empty_v[sp]);
+        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, cur_p);
+    };
+    int j = 1;
+    for (; j + 1 < T; j += 2) {
+        step(j, prev, next);
+        step(j + 1, next, prev);
     }
+    if (j < T) {
+        step(j, prev, next);
+        prev = next;  // after the last wgmma of the loop: no register is in flight
+    }
+    const int sl = (T - 1) % kStages;
+    float pacc[D / 2 + 4];
+    mbar_wait(&sm.full_v[sl], ((T - 1) / kStages) & 1);
+    named_barrier_sync(my_turn, 256);
+    st.issue_pv(pacc, prev, sm.v[sl]);
+    if (w == 0) named_barrier_arrive(other_turn, 256);  // consumer 1 takes the last turn
+    wgmma_wait_all();
+#pragma unroll
+    for (int i = 0; i < 16; i++) reg_fence(prev.a[i]);
+#pragma unroll
+    for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
+    st.update(pacc, sm.v[sl], prev, t);
+    release(&sm.empty_v[sl]);
     st.template store<OutT>(p, q_head, kv_head, batch, head, row0, t);
 }
 
@@ -381,7 +414,7 @@ cudaError_t launch(const vc_attention_params &p, int version, cudaStream_t strea
     const int smem = (int)(ws ? sizeof(WsShared<D>) : sizeof(V1Shared<D>)) + 128;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
-    // q_tiles is even (the quantizer pads a 64-row tile of zeros): v2 takes two per CTA.
+    // q_tiles is even (the quantizer pads a 64-row tile of zeros): v3 takes two per CTA.
     dim3 grid(ws ? p.q_tiles / 2 : p.q_tiles, p.heads_q, p.batch);
     kernel<<<grid, ws ? kWsThreads : kV1Threads, smem, stream>>>(p);
     return cudaGetLastError();
@@ -399,8 +432,10 @@ cudaError_t launch_dtype(const vc_attention_params &p, int version, cudaStream_t
 template <int D>
 cudaError_t launch_variant(const vc_attention_params &p, bool expcast, bool vsmooth, int version,
                            cudaStream_t stream) {
-    if (expcast)
-        return vsmooth ? launch_dtype<D, true, true>(p, version, stream) : launch_dtype<D, true, false>(p, version, stream);
+    // ExpCast without V-Smooth runs the V-Smooth kernel: the records' means are
+    // zeros then, so r * 0 adds nothing; ptxas spilled ~750 bytes per thread
+    // in the ExpCast-only instance of v3 (vs 64 in the vc instance).
+    if (expcast) return launch_dtype<D, true, true>(p, version, stream);
     return vsmooth ? launch_dtype<D, false, true>(p, version, stream) : launch_dtype<D, false, false>(p, version, stream);
 }
 

@@ -24,7 +24,7 @@ struct vc_attention_params {
 };
 
 // variant: expcast (ExpCast-FP8) or exp-then-cast; vsmooth: restore block means;
-// version: 2 = warp-specialized, 1 = one warpgroup per CTA.
-// q_tiles must be even (two 64-row tiles per v2 CTA).
+// version: 3 = warp-specialized, 1 = one warpgroup per CTA.
+// q_tiles must be even (two 64-row tiles per v3 CTA).
 cudaError_t vc_attention_sm90(const vc_attention_params &p, int head_dim, bool expcast,
                               bool vsmooth, int version, cudaStream_t stream);

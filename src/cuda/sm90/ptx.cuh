@@ -36,6 +36,28 @@ static __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
         ::"r"(smem_addr(bar)), "r"(parity) : "memory");
 }
 
+// The same for a thread with nothing else to do (the producer): each try
+// suspends the thread until the phase completes or `hint_ns` pass, instead of
+// spinning on issue slots its warp's scheduler shares with a consumer warp.
+static __device__ __forceinline__ void mbar_wait_suspended(uint64_t *bar, uint32_t parity) {
+    constexpr uint32_t hint_ns = 1000000;
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
+        "@!done bra WAIT_%=;\n}\n"
+        ::"r"(smem_addr(bar)), "r"(parity), "n"(hint_ns) : "memory");
+}
+
+// Two floats from shared memory (an explicit ld.shared: the compiler loses
+// the address space of pointers into the dynamic shared buffer and emits a
+// generic load).
+static __device__ __forceinline__ float2 lds_float2(uint32_t addr) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+    return v;
+}
+
 // ---- bulk copy global -> shared, completion counted on an mbarrier --------
 // bytes: multiple of 16; both addresses 16-byte aligned.
 static __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes,
@@ -71,6 +93,10 @@ static __device__ __forceinline__ void wgmma_commit() {
 }
 static __device__ __forceinline__ void wgmma_wait_all() {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Waits until at most N committed groups are pending (groups complete in order).
+template <int N> static __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 // Keeps the compiler from moving accesses of accumulator registers across the
 // asynchronous wgmma (it cannot see that the registers are in flight).

@@ -8,12 +8,18 @@
 // the rows' dequantization multipliers (>= 0, so max(dot) * A = max(dot * A)).
 static __device__ __forceinline__ void tile_row_max(const float *s, float A0, float A1,
                                                     float &max0, float &max1) {
-    float d0 = -INFINITY, d1 = -INFINITY;
+    // Four independent chains per row (max is exact in any order): the
+    // serial chain of 32 dependent FMNMX was on the warp's critical path.
+    float d[2][4];
+#pragma unroll
+    for (int c = 0; c < 4; c++) d[0][c] = d[1][c] = -INFINITY;
 #pragma unroll
     for (int i = 0; i < 64; i++) {
-        if ((i >> 1) & 1) d1 = fmaxf(d1, s[i]);
-        else d0 = fmaxf(d0, s[i]);
+        float &acc = d[(i >> 1) & 1][(i >> 2) & 3];
+        acc = fmaxf(acc, s[i]);
     }
+    const float d0 = fmaxf(fmaxf(d[0][0], d[0][1]), fmaxf(d[0][2], d[0][3]));
+    const float d1 = fmaxf(fmaxf(d[1][0], d[1][1]), fmaxf(d[1][2], d[1][3]));
     max0 = fmaxf(d0 * A0, -INFINITY);  // fmaxf drops the NaN of -inf * 0
     max1 = fmaxf(d1 * A1, -INFINITY);
 #pragma unroll
