@@ -194,7 +194,9 @@ const char *vcattn_backend_name(vcattn_backend backend);
 
 typedef struct vcattn_context vcattn_context;
 
-/* Creates a context on the given backend. AUTO resolves at creation. */
+/* Creates a context on the given backend. AUTO resolves at creation. A CUDA
+ * context keeps the device memory of its calls' workspaces (as much as the
+ * largest call needed) in a pool of its own until it is destroyed. */
 vcattn_status vcattn_create(vcattn_context **ctx, vcattn_backend backend);
 void vcattn_destroy(vcattn_context *ctx);  /* NULL-safe */
 /* The backend a context resolved to (AUTO never comes back). */

@@ -56,7 +56,10 @@ vcattn_status vcattn_create(vcattn_context **out, vcattn_backend backend) {
     return VCATTN_OK;
 }
 
-void vcattn_destroy(vcattn_context *ctx) { free(ctx); }
+void vcattn_destroy(vcattn_context *ctx) {
+    if (ctx) cuda_release_context(ctx);
+    free(ctx);
+}
 
 vcattn_backend vcattn_context_backend(const vcattn_context *ctx) {
     return ctx ? ctx->backend : VCATTN_BACKEND_CPU;

@@ -19,6 +19,8 @@ extern "C" {
 struct vcattn_context {
     vcattn_backend backend;
     void *cuda_stream;   /* cudaStream_t of a CUDA context */
+    void *cuda_pool;     /* cudaMemPool_t of the workspaces (CUDA backend), or NULL */
+    int cuda_pool_device;
     char last_error[VCATTN_ERRMSG_LEN];
 };
 

@@ -23,6 +23,7 @@ vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcattn_config *c
     return vcattn_fail(ctx, VCATTN_ERR_BACKEND_UNAVAILABLE,
                        "cuda backend: libvcattn was built without CUDA");
 }
+void cuda_release_context(vcattn_context *ctx) { (void)ctx; }
 #else
 typedef int vcattn_no_cuda_unused; /* ISO C forbids an empty translation unit */
 #endif

@@ -48,6 +48,7 @@ size_t tensor_extent(const vcattn_tensor *t) {
 struct call_state {
     vcattn_context *ctx;
     cudaStream_t stream;
+    cudaMemPool_t pool;  // the context's; NULL: the device's default pool
     void *staged[12];  // q, k, v, out, lse, 4 rope tables
     int nstaged;
     char *work;
@@ -56,6 +57,9 @@ struct call_state {
     ~call_state() {
         for (int i = 0; i < nstaged; i++) cudaFreeAsync(staged[i], stream);
         if (work) cudaFreeAsync(work, stream);
+    }
+    cudaError_t alloc(void **p, size_t bytes) {
+        return pool ? cudaMallocFromPoolAsync(p, bytes, pool, stream) : cudaMallocAsync(p, bytes, stream);
     }
     vcattn_status cuda_fail(cudaError_t err, const char *what) {
         cudaGetLastError();
@@ -99,7 +103,7 @@ vcattn_status device_view(call_state &cs, const char *name, void *data, size_t b
         *dev = data;
         return VCATTN_OK;
     }
-    cudaError_t err = cudaMallocAsync(dev, bytes, cs.stream);
+    cudaError_t err = cs.alloc(dev, bytes);
     if (err != cudaSuccess) return cs.cuda_fail(err, name);
     cs.staged[cs.nstaged++] = *dev;
     *staged = 1;
@@ -189,6 +193,30 @@ vcattn_status check_call(vcattn_context *ctx, const vcattn_config *cfg, const ca
     return VCATTN_OK;
 }
 
+// The context's workspace pool on `device`, made on first use. It never
+// gives memory back before the context goes: the default pool returns freed
+// memory at every synchronization, and mapping it again on the next call
+// left the GPU idle for 0.7-3 ms per call (docs/perf-notes.md). NULL (the
+// default pool) if it cannot be made.
+cudaMemPool_t context_pool(vcattn_context *ctx, int device) {
+    if (ctx->cuda_pool && ctx->cuda_pool_device == device) return (cudaMemPool_t)ctx->cuda_pool;
+    cuda_release_context(ctx);  // made for another device
+    cudaMemPoolProps props = {};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaMemPool_t pool;
+    uint64_t keep = UINT64_MAX;
+    if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    ctx->cuda_pool = pool;
+    ctx->cuda_pool_device = device;
+    return pool;
+}
+
 // Checks the call and binds it to the context's stream and the current device.
 vcattn_status begin_call(vcattn_context *ctx, const vcattn_config *cfg, const call_shape &c,
                          call_state *cs, int *device) {
@@ -197,7 +225,9 @@ vcattn_status begin_call(vcattn_context *ctx, const vcattn_config *cfg, const ca
     cs->ctx = ctx;
     cs->stream = (cudaStream_t)ctx->cuda_stream;
     cudaError_t err = cudaGetDevice(device);
-    return err == cudaSuccess ? VCATTN_OK : cs->cuda_fail(err, "cudaGetDevice");
+    if (err != cudaSuccess) return cs->cuda_fail(err, "cudaGetDevice");
+    cs->pool = context_pool(ctx, *device);
+    return VCATTN_OK;
 }
 
 // The caller's q, k, v and RoPE tables on the device.
@@ -262,7 +292,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         kvh * T * vc_v_record_bytes((uint32_t)D), 2 * kvh * T * D * 4, 2 * kvh * D * 4};
     size_t total = 0;
     for (size_t sz : sizes) total += (sz + 255) & ~size_t(255);
-    cudaError_t err = cudaMallocAsync((void **)&cs.work, total, cs.stream);
+    cudaError_t err = cs.alloc((void **)&cs.work, total);
     if (err != cudaSuccess) return cs.cuda_fail(err, "workspace");
     op->flag = cs.take<int>(1);
     op->kmean = cs.take<float>(kvh * D);
@@ -506,4 +536,11 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
     free(qc); free(kc); free(qm); free(vr);
     if (err != cudaSuccess) return cs.cuda_fail(err, "quantize for test");
     return VCATTN_OK;
+}
+
+extern "C" void cuda_release_context(vcattn_context *ctx) {
+    if (!ctx->cuda_pool) return;
+    // Safe with frees still queued: the pool goes once they have run.
+    cudaMemPoolDestroy((cudaMemPool_t)ctx->cuda_pool);
+    ctx->cuda_pool = nullptr;
 }

@@ -17,6 +17,9 @@ vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config *cfg,
                              const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
                              const vcattn_rope *rope, vcattn_layer *layer);
 
+/* Frees what a context holds on the GPU (its workspace pool). */
+void cuda_release_context(vcattn_context *ctx);
+
 /* For tests: the GPU quantizers' outputs of one call (grouping as the layer
  * says) in the CPU backend's row order (see vcattn_quantized). */
 vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcattn_config *cfg,
