@@ -1,0 +1,35 @@
+"""A few vc calls at one benchmark shape and nothing else, for profilers
+(ncu, compute-sanitizer): the first call groups, the others are plain steps.
+
+    ncu --clock-control none -k regex:vc_attention_ws --launch-skip 2 --launch-count 1 \\
+        --set full -o prof python3 bench/profile_call.py --shape seq-32k
+"""
+import argparse
+
+import torch
+
+from bench_attention import SHAPES, Vcattn
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="seq-32k", choices=list(SHAPES))
+    ap.add_argument("--method", default="vc")
+    ap.add_argument("--calls", type=int, default=4)
+    ap.add_argument("--lib", default=None)
+    args = ap.parse_args()
+    vc = Vcattn(args.lib)
+    b, h, n, d = SHAPES[args.shape]
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out = torch.empty_like(q)
+    cfg, layer = vc.config(args.method), vc.layer(40)
+    for call in range(args.calls):
+        vc.lib.vcattn_layer_set_step(layer, min(call, 1))
+        vc(q, k, v, out, cfg, layer)
+    torch.cuda.synchronize()
+    vc.lib.vcattn_layer_destroy(layer)
+
+
+if __name__ == "__main__":
+    main()
