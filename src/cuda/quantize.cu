@@ -51,14 +51,18 @@ __device__ __forceinline__ void load_rows(const dev_tensor &t, const int64_t (&a
                 w[i][0] = valid[i] ? *reinterpret_cast<const uint32_t *>(base + at[i]) : 0u;
             }
         }
-        const bool bf16 = t.dtype == VCATTN_DTYPE_BF16;
+        if (t.dtype == VCATTN_DTYPE_BF16) {  // one loop per type: a select would convert both ways
 #pragma unroll
-        for (int i = 0; i < RPW; i++)
+            for (int i = 0; i < RPW; i++)
 #pragma unroll
-            for (int k = 0; k < E; k++) {
-                const uint16_t bits = (uint16_t)(w[i][k / 2] >> (16 * (k & 1)));
-                x[i][k] = bf16 ? __uint_as_float((uint32_t)bits << 16) : __half2float(__ushort_as_half(bits));
-            }
+                for (int k = 0; k < E; k++) x[i][k] = __uint_as_float((w[i][k / 2] << (16 * (1 - (k & 1)))) & 0xffff0000u);
+        } else {
+#pragma unroll
+            for (int i = 0; i < RPW; i++)
+#pragma unroll
+                for (int k = 0; k < E; k++)
+                    x[i][k] = __half2float(__ushort_as_half((uint16_t)(w[i][k / 2] >> (16 * (k & 1)))));
+        }
     } else {  // strided rows: element by element
 #pragma unroll
         for (int i = 0; i < RPW; i++)
