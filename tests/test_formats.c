@@ -80,6 +80,8 @@ static void test_int8(void) {
     CHECK(vcattn_int8_encode(126.5f, 1.0f) == 126, "126.5 -> 126");
     CHECK(vcattn_int8_encode(127.5f, 1.0f) == 127, "saturate at 127");
     CHECK(vcattn_int8_encode(-1e9f, 1.0f) == -127, "saturate at -127 (symmetric)");
+    CHECK(vcattn_int8_encode(NAN, 1.0f) == -127, "NaN -> -127, as the GPU's fminf(fmaxf(v, -127), 127)");
+    CHECK(vcattn_int8_encode(INFINITY, 0.0f) == -127, "inf * 0 (NaN) -> -127");
     vcattn_int8_scale z = vcattn_int8_scale_from_amax(0.0f);
     CHECK(z.scale == 0.0f && z.inv_scale == 0.0f, "all-zero block: no 0/0");
     CHECK(vcattn_int8_encode(0.0f, z.inv_scale) == 0, "all-zero block codes are 0");

@@ -23,7 +23,9 @@ VCATTN_HD vcattn_int8_scale vcattn_int8_scale_from_amax(float amax) {
 
 VCATTN_HD int8_t vcattn_int8_encode(float x, float inv_scale) {
     float v = x * inv_scale;
-    v = v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v);
+    /* NaN (only reachable with check_finite off) clamps to -127, as the GPU's
+     * fminf(fmaxf(v, -127), 127) does: no float-to-int conversion of NaN. */
+    v = v > 127.0f ? 127.0f : (v >= -127.0f ? v : -127.0f);
     return (int8_t)vcattn_rne_small(v);
 }
 
