@@ -1,0 +1,228 @@
+/* libFuzzer harness over vcattn_attention on the CPU backend: the input bytes
+ * choose the method, switches, shapes, strides, dtype, layout, the optional
+ * outputs and the values (normal, huge, tiny, NaN, Inf), then the call's
+ * promises are checked:
+ *   - the status is a known one with a message;
+ *   - on error nothing is written to out or lse;
+ *   - on success nothing outside the views is written, and with finite
+ *     moderate inputs every output is finite;
+ *   - NaN or Inf in the inputs with check_finite on is always an error.
+ * A broken promise aborts (libFuzzer reports it with the input). Run through
+ * tests/fuzz/run_fuzz.sh (ASan + UBSan). */
+#include "vcattn.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 0xA5u
+#define MAX_ELEMS (1 << 20)
+
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+} bytes;
+
+static unsigned take(bytes *b, unsigned range) {  /* 0 .. range-1; 0 once the input is used up */
+    if (!b->n || !range) return 0;
+    unsigned v = *b->p++;
+    b->n--;
+    return v % range;
+}
+
+static void promise(int ok, const char *what) {
+    if (!ok) {
+        fprintf(stderr, "broken promise: %s\n", what);
+        abort();
+    }
+}
+
+static float value_of(bytes *b, int *nonfinite, int *huge) {
+    switch (take(b, 16)) {  /* an exhausted input gives ordinary values */
+    case 15: *nonfinite = 1; return NAN;
+    case 14: *nonfinite = 1; return INFINITY;
+    case 13: *nonfinite = 1; return -INFINITY;
+    case 12: *huge = 1; return 3.0e38f;     /* near the float and bf16 maxima */
+    case 11: *huge = 1; return -6.5e4f;     /* the float16 maximum */
+    case 10: return 1.0e-40f;               /* float32 subnormal */
+    case 9: return 0.0f;
+    case 8: return -0.0f;
+    default: return ((int)take(b, 255) - 127) / 32.0f;
+    }
+}
+
+static uint16_t to_half_bits(float x, vcattn_dtype dt) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if (dt == VCATTN_DTYPE_BF16) return (uint16_t)(u >> 16);  /* truncation is fine for fuzz data */
+    /* float16 by hand: enough for the values above (overflow -> inf, tiny -> 0) */
+    uint32_t sign = (u >> 16) & 0x8000u, exp = (u >> 23) & 0xffu, man = u & 0x7fffffu;
+    if (exp == 0xffu) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) return (uint16_t)sign;
+    return (uint16_t)(sign | ((uint32_t)e << 10) | (man >> 13));
+}
+
+static int finite_elem(const uint8_t *e, vcattn_dtype dt) {
+    if (dt == VCATTN_DTYPE_F32) {
+        float x;
+        memcpy(&x, e, 4);
+        return isfinite(x);
+    }
+    uint16_t h;
+    memcpy(&h, e, 2);
+    return dt == VCATTN_DTYPE_BF16 ? ((h >> 7) & 0xffu) != 0xffu : ((h >> 10) & 0x1fu) != 0x1fu;
+}
+
+/* A view of `count` logical elements inside a buffer with guard bytes after it. */
+typedef struct {
+    vcattn_tensor t;
+    uint8_t *buf;
+    size_t bytes;
+} view;
+
+static size_t elem_size(vcattn_dtype dt) { return dt == VCATTN_DTYPE_F32 ? 4 : 2; }
+
+static int make_view(view *v, vcattn_dtype dt, int64_t b, int64_t h, int64_t n, int64_t d, int nhd,
+                     int64_t pad, int bad_stride) {
+    int64_t sn = nhd ? h * (d + pad) : d + pad, sh = nhd ? d + pad : n * (d + pad), sb = h * n * (d + pad);
+    if (bad_stride == 1) sn = -sn;       /* negative */
+    if (bad_stride == 2) sh = 0;         /* heads overlap */
+    int64_t count = b * h * n * (d + pad);
+    if (count <= 0 || count > MAX_ELEMS) count = 1;
+    v->bytes = (size_t)count * elem_size(dt) + 64;
+    v->buf = malloc(v->bytes);
+    if (!v->buf) return 0;
+    memset(v->buf, GUARD, v->bytes);
+    v->t = (vcattn_tensor){v->buf, dt, b, h, n, d, sb, sh, sn};
+    return 1;
+}
+
+static void fill(view *v, bytes *b, int *nonfinite, int *huge) {
+    const vcattn_tensor *t = &v->t;
+    if (t->batch * t->heads * t->tokens * t->head_dim > MAX_ELEMS || t->stride_token < 0 || t->stride_head <= 0)
+        return;
+    for (int64_t ib = 0; ib < t->batch; ib++)
+        for (int64_t ih = 0; ih < t->heads; ih++)
+            for (int64_t in = 0; in < t->tokens; in++)
+                for (int64_t c = 0; c < t->head_dim; c++) {
+                    int64_t at = ib * t->stride_batch + ih * t->stride_head + in * t->stride_token + c;
+                    if ((size_t)(at + 1) * elem_size(t->dtype) > v->bytes - 64) continue;
+                    float x = value_of(b, nonfinite, huge);
+                    if (t->dtype == VCATTN_DTYPE_F16 && fabsf(x) > 65504.0f) *nonfinite = 1;  /* overflows to inf */
+                    if (t->dtype == VCATTN_DTYPE_F32) memcpy(v->buf + at * 4, &x, 4);
+                    else {
+                        uint16_t h = to_half_bits(x, t->dtype);
+                        memcpy(v->buf + at * 2, &h, 2);
+                    }
+                }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    bytes in = {data, size};
+    const char *const *methods = vcattn_method_names();
+    int nmethods = 0;
+    while (methods[nmethods]) nmethods++;
+
+    vcattn_config cfg;
+    if (vcattn_config_from_method(methods[take(&in, (unsigned)nmethods)], &cfg)) abort();
+    cfg.num_threads = 1;
+    cfg.check_finite = take(&in, 4) != 0;           /* mostly on */
+    if (take(&in, 4) == 0) cfg.hadamard = !cfg.hadamard;
+    if (take(&in, 8) == 0) cfg.kmeans_clusters = (int)take(&in, 40);
+    if (take(&in, 8) == 0) cfg.sm_scale = (float)take(&in, 4) - 1.0f;   /* -1 is invalid */
+
+    static const int64_t dims[] = {8, 16, 32, 64, 128, 0, 7, 136};
+    const int64_t d = dims[take(&in, 8)];
+    const int64_t b = 1 + take(&in, 2), hkv = 1 + take(&in, 2), hq = hkv * (1 + take(&in, 2));
+    const int64_t nq = 1 + take(&in, 40), nk = 1 + take(&in, 200) + (take(&in, 2) ? 0 : 128);
+    const vcattn_dtype dt = (vcattn_dtype)take(&in, 3);
+    const int nhd = take(&in, 2), pad = (int)take(&in, 3) * 8;
+    const int bad = take(&in, 16) == 0 ? 1 + (int)take(&in, 2) : 0;
+
+    view q, k, v, out;
+    memset(&q, 0, sizeof q); memset(&k, 0, sizeof k); memset(&v, 0, sizeof v); memset(&out, 0, sizeof out);
+    if (!make_view(&q, dt, b, hq, nq, d, nhd, pad, bad) || !make_view(&k, dt, b, hkv, nk, d, nhd, pad, 0) ||
+        !make_view(&v, dt, b, hkv, nk, d, nhd, pad, 0) || !make_view(&out, dt, b, hq, nq, d, nhd, pad, 0))
+        goto done;
+    if (take(&in, 16) == 0) out.t.tokens = nq + 1;  /* shape mismatch */
+
+    int nonfinite = 0, huge = 0;
+    fill(&q, &in, &nonfinite, &huge);
+    fill(&k, &in, &nonfinite, &huge);
+    fill(&v, &in, &nonfinite, &huge);
+
+    const int want_lse = take(&in, 2);
+    const size_t lse_count = (size_t)(b * hq * nq);
+    float *lse = want_lse ? malloc((lse_count + 4) * sizeof(float)) : NULL;
+    if (lse) memset(lse, GUARD, (lse_count + 4) * sizeof(float));
+
+    vcattn_rope rope, *ropep = NULL;
+    float *tab = NULL;
+    if (take(&in, 3) == 0 && d > 0 && d % 2 == 0) {
+        const int64_t rows = nq > nk ? nq : nk;
+        tab = malloc((size_t)(rows * d) * sizeof(float));
+        if (tab) {
+            for (int64_t i = 0; i < rows * d; i++) tab[i] = cosf((float)i * 0.37f);
+            if (take(&in, 32) == 0) tab[take(&in, (unsigned)(rows * d / 2))] = NAN, nonfinite = 1;
+            rope = (vcattn_rope){take(&in, 2) ? VCATTN_ROPE_HALF_SPLIT : VCATTN_ROPE_INTERLEAVED,
+                                 tab, tab + rows * d / 2, tab, tab + rows * d / 2};
+            ropep = &rope;
+        }
+    }
+
+    vcattn_layer *layer = NULL;
+    if (take(&in, 2)) {
+        vcattn_layer_create(&layer, 1 + (int)take(&in, 40));
+        if (layer) vcattn_layer_set_step(layer, (int)take(&in, 12));
+    }
+
+    vcattn_context *ctx = NULL;
+    if (vcattn_create(&ctx, VCATTN_BACKEND_CPU)) abort();
+    uint8_t *out_before = malloc(out.bytes);
+    if (!out_before) goto cleanup;
+    memcpy(out_before, out.buf, out.bytes);
+
+    vcattn_status st = vcattn_attention(ctx, &cfg, &q.t, &k.t, &v.t, &out.t, lse, ropep, layer);
+    promise(st >= 0 && st < VCATTN_STATUS_COUNT, "status in range");
+    promise(vcattn_status_string(st) != NULL, "status string");
+    if (st != VCATTN_OK) {
+        promise(vcattn_last_error(ctx)[0] != '\0', "an error has a message");
+        promise(memcmp(out_before, out.buf, out.bytes) == 0, "nothing written to out on error");
+        if (lse) {
+            const uint8_t *l = (const uint8_t *)lse;
+            for (size_t i = 0; i < (lse_count + 4) * sizeof(float); i++) promise(l[i] == GUARD, "lse untouched on error");
+        }
+    } else {
+        promise(!(nonfinite && cfg.check_finite), "NaN/Inf input accepted with check_finite on");
+        for (size_t i = out.bytes - 64; i < out.bytes; i++) promise(out.buf[i] == GUARD, "no write past out");
+        if (lse) {
+            const uint8_t *l = (const uint8_t *)(lse + lse_count);
+            for (size_t i = 0; i < 4 * sizeof(float); i++) promise(l[i] == GUARD, "no write past lse");
+        }
+        if (!nonfinite && !huge) {
+            const vcattn_tensor *t = &out.t;
+            const size_t es = elem_size(t->dtype);
+            for (int64_t ib = 0; ib < t->batch; ib++)
+                for (int64_t ih = 0; ih < t->heads; ih++)
+                    for (int64_t in2 = 0; in2 < t->tokens; in2++)
+                        for (int64_t c = 0; c < t->head_dim; c++) {
+                            const uint8_t *e = out.buf + es * (size_t)(ib * t->stride_batch + ih * t->stride_head +
+                                                                      in2 * t->stride_token + c);
+                            promise(finite_elem(e, t->dtype), "finite output for finite moderate inputs");
+                        }
+        }
+    }
+    free(out_before);
+cleanup:
+    vcattn_destroy(ctx);
+    vcattn_layer_destroy(layer);
+    free(tab);
+    free(lse);
+done:
+    free(q.buf); free(k.buf); free(v.buf); free(out.buf);
+    return 0;
+}
