@@ -1,0 +1,130 @@
+/* Extreme inputs (issue 7): all-equal scores, one key that takes the whole
+ * row, all-zero V blocks, a V block that is one outlier, V at the float16
+ * maximum, huge scores, identical value tokens (k-means leaves clusters
+ * empty), fewer keys than clusters. Every 8-bit method on the CPU backend,
+ * and on the CUDA backend where a GPU is present: the call succeeds, every
+ * output is finite, and the error against the FP64 reference stays within
+ * the method's usual range (a guard against silent wrong answers, not a
+ * fidelity figure). */
+#include "testlib.h"
+#include "vcattn.h"
+#include "cpu/reference.h"
+
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int64_t nk;
+    float v_scale;
+    int check_error;  /* 0: scores so large that INT8 QK decides the argmax; finite only */
+    void (*shape)(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d);
+} extreme_case;
+
+enum { NQ = 96, D = 64, H = 2 };
+
+static void equal_scores(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
+    memset(q, 0, sizeof(float) * (size_t)(H * nq * d));  /* every score 0: out = mean of V */
+}
+
+static void one_key_wins(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
+    for (int h = 0; h < H; h++) {
+        for (int64_t i = 0; i < nq * d; i++) q[h * nq * d + i] = 1.0f;
+        for (int64_t c = 0; c < d; c++) k[(h * nk + 37) * d + c] = 12.0f;  /* score 96 vs ~1: the rest underflow */
+    }
+}
+
+static void zero_v_block(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
+    for (int h = 0; h < H; h++) memset(v + (h * nk + 128) * d, 0, sizeof(float) * (size_t)(128 * d));
+}
+
+static void zero_v(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
+    memset(v, 0, sizeof(float) * (size_t)(H * nk * d));
+}
+
+static void outlier_block(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
+    for (int h = 0; h < H; h++)
+        for (int64_t n = 0; n < 128; n++)
+            for (int64_t c = 0; c < d; c++) v[(h * nk + n) * d + c] = 1000.0f + (c == 3 ? 500.0f : 0.0f);
+}
+
+static void huge_scores(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
+    for (int64_t i = 0; i < H * nq * d; i++) q[i] *= 100.0f;
+    for (int64_t i = 0; i < H * nk * d; i++) k[i] *= 100.0f;
+}
+
+static void identical_tokens(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
+    for (int h = 0; h < H; h++)
+        for (int64_t n = 1; n < nk; n++) memcpy(v + (h * nk + n) * d, v + h * nk * d, sizeof(float) * (size_t)d);
+}
+
+static void nothing(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {}
+
+static const extreme_case cases[] = {
+    {"all-equal scores", 300, 1.0f, 1, equal_scores},
+    {"one key takes the row", 300, 1.0f, 1, one_key_wins},
+    {"an all-zero V block", 300, 1.0f, 1, zero_v_block},
+    {"V all zero", 300, 1.0f, 1, zero_v},
+    {"a V block of one outlier", 300, 1.0f, 1, outlier_block},
+    {"V at the float16 maximum", 300, 6.0e4f, 1, nothing},
+    {"huge scores", 300, 1.0f, 0, huge_scores},
+    {"identical value tokens (empty clusters)", 300, 1.0f, 1, identical_tokens},
+    {"fewer keys than clusters", 3, 1.0f, 1, nothing},
+};
+
+static double rel_l2(const float *out, const double *ref, int64_t count) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < count; i++) {
+        num += (out[i] - ref[i]) * (out[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void run_case(vcattn_context *ctx, const char *backend, const extreme_case *ec, const char *method) {
+    const int64_t nk = ec->nk, nq = NQ, d = D;
+    float *q = malloc(sizeof(float) * (size_t)(H * nq * d)), *k = malloc(sizeof(float) * (size_t)(H * nk * d));
+    float *v = malloc(sizeof(float) * (size_t)(H * nk * d)), *out = malloc(sizeof(float) * (size_t)(H * nq * d));
+    double *ref = malloc(sizeof(double) * (size_t)(H * nq * d));
+    for (int64_t i = 0; i < H * nq * d; i++) q[i] = nrand();
+    for (int64_t i = 0; i < H * nk * d; i++) k[i] = nrand() + 0.5f;
+    for (int64_t i = 0; i < H * nk * d; i++) v[i] = ec->v_scale * nrand();
+    ec->shape(q, k, v, nq, nk, d);
+    vcattn_tensor tq = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, H, nq, d);
+    vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, 1, H, nk, d);
+    vcattn_tensor tv = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, 1, H, nk, d);
+    vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, H, nq, d);
+    vcattn_reference_attention(&tq, &tk, &tv, NULL, 0.0f, ref, NULL);
+
+    vcattn_config cfg;
+    vcattn_config_from_method(method, &cfg);
+    cfg.kmeans_clusters = 8;  /* more than the identical tokens can fill */
+    vcattn_status st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, NULL, NULL);
+    int finite = 1;
+    for (int64_t i = 0; i < H * nq * d; i++) finite &= isfinite(out[i]) != 0;
+    CHECK(st == VCATTN_OK && finite, "%s, %s, %s: status %d (%s), finite %d", backend, method, ec->name, st,
+          vcattn_last_error(ctx), finite);
+    if (st == VCATTN_OK && ec->check_error) {
+        const double err = rel_l2(out, ref, H * nq * d);
+        CHECK(err < 0.05, "%s, %s, %s: relative L2 error %.4f", backend, method, ec->name, err);
+    }
+    free(q); free(k); free(v); free(out); free(ref);
+}
+
+int main(void) {
+    static const char *const methods[] = {"sage2", "vsmooth", "vc", "sage2+hadamard"};
+    const vcattn_backend backends[] = {VCATTN_BACKEND_CPU, VCATTN_BACKEND_CUDA};
+    for (int bi = 0; bi < 2; bi++) {
+        const char *why;
+        if (!vcattn_backend_available(backends[bi], &why)) {
+            printf("test_extreme: cuda backend skipped: %s\n", why);
+            continue;
+        }
+        vcattn_context *ctx;
+        if (vcattn_create(&ctx, backends[bi]) != VCATTN_OK) return 1;
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++)
+                run_case(ctx, bi ? "cuda" : "cpu", &cases[c], methods[m]);
+        vcattn_destroy(ctx);
+    }
+    return tl_finish("test_extreme");
+}
