@@ -196,7 +196,10 @@ typedef struct vcattn_context vcattn_context;
 
 /* Creates a context on the given backend. AUTO resolves at creation. A CUDA
  * context keeps the device memory of its calls' workspaces (as much as the
- * largest call needed) in a pool of its own until it is destroyed. */
+ * largest call needed) in a pool of its own until it is destroyed. A context
+ * may be used from any thread, by one thread at a time; separate contexts
+ * (each with its own layer states) may run calls concurrently: the library
+ * keeps no other mutable state. */
 vcattn_status vcattn_create(vcattn_context **ctx, vcattn_backend backend);
 void vcattn_destroy(vcattn_context *ctx);  /* NULL-safe */
 /* The backend a context resolved to (AUTO never comes back). */
