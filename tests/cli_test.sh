@@ -86,6 +86,9 @@ check "eval --study json" 0 '"violations": 0' '"order": "k-means' -- eval --stud
 check "eval --study all" 0 "== hunyuan-small ==" "rows over the bound 3.6368% + tau: 0" -- eval --study all
 check "eval --study unknown" 2 "unknown study 'table1'" -- eval --study table1
 check "run --study" 2 "--study belongs to eval" -- run --study orders
+check "eval --methods" 0 "vc+hadamard" "sage2 " -- eval --workload tiny --methods sage2,vc+hadamard
+check "eval --methods unknown" 2 "unknown method 'nope'" -- eval --methods sage2,nope
+check "run --methods" 2 "--methods belongs to eval" -- run --methods sage2
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

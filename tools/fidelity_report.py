@@ -3,7 +3,7 @@ CPU-size presets and writes their JSON, the plots and one markdown file of
 tables (paste-ready for the report).
 
     python tools/fidelity_report.py --out docs/figures              # minutes on 2 cores
-    python tools/fidelity_report.py --out /tmp/f --skip schedule,network   # seconds
+    python tools/fidelity_report.py --out /tmp/f --skip schedule,network   # about a minute
 
 Needs build/vcattn (make) and matplotlib; the network study needs torch and diffusers.
 """
@@ -17,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESETS = ["small", "wan2.2-small", "longcat-small", "hunyuan-small", "minimax-small"]
 METHODS = ["fp8-naive", "sage2", "sage2+hadamard", "vsmooth", "vc", "sage3-4bit", "sage3-4bit+hadamard",
            "vsmooth-4bit"]
+HADAMARD_PAIRS = ["sage2", "vsmooth", "vc"]  # each with and without the QK Hadamard (study 2)
 
 
 def cli(args, out_json):
@@ -31,10 +32,48 @@ def plot(script, *args):
     subprocess.run([sys.executable, os.path.join(ROOT, "tools", script)] + list(args), check=True)
 
 
+def hadamard_study(out):
+    """Study 2: the eq. 2 split with and without the QK Hadamard, per preset."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    methods = [m + h for m in HADAMARD_PAIRS for h in ("", "+hadamard")]
+    rows = {}
+    for preset in PRESETS:
+        table = cli(["eval", "--workload", preset, "--backend", "cpu", "--methods", ",".join(methods)],
+                    os.path.join(out, "hadamard-%s.json" % preset))
+        rows[preset] = {m["method"]: m for m in table["methods"]}
+    md = ["", "## QK Hadamard: probability / value terms and total (relative L2, %)", "",
+          "| preset | " + " | ".join("%s | +H" % m for m in HADAMARD_PAIRS) + " |",
+          "|---" * (1 + len(methods)) + "|"]
+    for preset in PRESETS:
+        cells = ["%.3f / %.3f (%.3f)" % (100 * rows[preset][m]["prob_term"], 100 * rows[preset][m]["value_term"],
+                                         100 * rows[preset][m]["metrics"]["rel_l2"]) for m in methods]
+        md.append("| `%s` | %s |" % (preset, " | ".join(cells)))
+    fig, axes = plt.subplots(1, len(HADAMARD_PAIRS), figsize=(4.2 * len(HADAMARD_PAIRS), 3.6), sharey=True)
+    x = range(len(PRESETS))
+    for ax, m in zip(axes, HADAMARD_PAIRS):
+        for k, (suffix, label) in enumerate((("", "no Hadamard"), ("+hadamard", "QK Hadamard"))):
+            prob = [100 * rows[p][m + suffix]["prob_term"] for p in PRESETS]
+            value = [100 * rows[p][m + suffix]["value_term"] for p in PRESETS]
+            xs = [i + (k - 0.5) * 0.38 for i in x]
+            ax.bar(xs, prob, 0.36, color="C%d" % (2 * k), label=label + ": probability term")
+            ax.bar(xs, value, 0.36, bottom=prob, color="C%d" % (2 * k + 1), alpha=0.6, label=label + ": value term")
+        ax.set_title(m)
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([p.replace("-small", "") for p in PRESETS], rotation=30, fontsize=8)
+    axes[0].set_ylabel("error term, % of |O_ref| (stacked)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(os.path.join(out, "study-hadamard.png"), dpi=120)
+    return md
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "figures"))
-    ap.add_argument("--skip", default="", help="comma list of: methods, schedule, network (a skipped "
+    ap.add_argument("--skip", default="", help="comma list of: methods, hadamard, schedule, network (a skipped "
                     "study's table comes from its JSON in --out, when there)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -68,6 +107,9 @@ def main():
                         os.path.join(args.out, "methods-%s.json" % preset))
             snr = {m["method"]: m["metrics"]["snr_db"] for m in table["methods"]}
             md.append("| `%s` | %s |" % (preset, " | ".join("%.2f" % snr[m] for m in METHODS)))
+
+    if "hadamard" not in skip:
+        md += hadamard_study(args.out)
 
     sched_json = os.path.join(args.out, "schedule.json")
     if "schedule" not in skip or os.path.exists(sched_json):  # a skipped study keeps its last results

@@ -89,6 +89,7 @@ static const char USAGE_EVAL[] =
     "  --backend cpu|cuda|auto   (default auto)\n"
     "  --dtype bf16|f16|f32      input precision (default bf16)\n"
     "  --threads N               CPU threads (default: all cores)\n"
+    "  --methods M1,M2,...       these methods instead of the list above\n"
     "  --study NAME              instead of the table: orders (V error and energy\n"
     "                            share by token order), expcast (ExpCast row\n"
     "                            statistics against the bound), schedule (the\n"
@@ -211,6 +212,8 @@ static int parse_float(const char *s, double lo, double hi, int open, float *out
 
 /* ---------------------------------------------------------------- options */
 
+#define MAX_EVAL_METHODS 16
+
 typedef struct {
     const char *cmd;                     /* "run" or "eval" */
     const char *q_path, *k_path, *v_path;
@@ -226,6 +229,9 @@ typedef struct {
     const char *out_path;
     int json;
     const char *study;                   /* eval --study: orders, expcast, studies */
+    char methods_buf[512];               /* eval --methods: the list, split in place */
+    const char *methods[MAX_EVAL_METHODS];
+    int n_methods;                       /* 0: the default list */
     /* switches on top of the method: -1 (floats: NAN) = as the method says */
     int hadamard, k_smoothing, vsmooth, qk, p, v, clusters, iters;
     float beta, sm_scale;
@@ -235,7 +241,7 @@ typedef enum {
     OPT_HELP, OPT_JSON, OPT_Q, OPT_K, OPT_V, OPT_V_FORMAT, OPT_BF16, OPT_LAYOUT, OPT_WORKLOAD,
     OPT_SEED, OPT_METHOD, OPT_BACKEND, OPT_DTYPE, OPT_THREADS, OPT_OUT, OPT_HADAMARD,
     OPT_NO_HADAMARD, OPT_K_SMOOTHING, OPT_NO_K_SMOOTHING, OPT_VSMOOTH, OPT_NO_VSMOOTH, OPT_QK,
-    OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY
+    OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS
 } opt_id;
 
 typedef struct {
@@ -260,7 +266,7 @@ static const opt_spec OPTS[] = {
     {"--qk", OPT_QK, 1, 1},           {"--p", OPT_P, 1, 1},
     {"--clusters", OPT_CLUSTERS, 1, 1}, {"--iters", OPT_ITERS, 1, 1},
     {"--beta", OPT_BETA, 1, 1},       {"--sm-scale", OPT_SM_SCALE, 1, 1},
-    {"--study", OPT_STUDY, 1, 0},
+    {"--study", OPT_STUDY, 1, 0},     {"--methods", OPT_METHODS, 1, 0},
 };
 #define NUM_OPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -383,6 +389,22 @@ static int parse_options(int argc, char **argv, options *o) {
                                    val);
             o->study = val;
             break;
+        case OPT_METHODS: {
+            if (run) return usage_error(cmd, "--methods belongs to eval (run takes --method)");
+            if (strlen(val) >= sizeof o->methods_buf) return usage_error(cmd, "--methods: list too long");
+            strcpy(o->methods_buf, val);
+            o->n_methods = 0;
+            for (char *m = strtok(o->methods_buf, ","); m; m = strtok(NULL, ",")) {
+                vcattn_config probe;
+                if (vcattn_config_from_method(m, &probe) != VCATTN_OK)
+                    return usage_error(cmd, "--methods: unknown method '%s'", m);
+                if (o->n_methods == MAX_EVAL_METHODS)
+                    return usage_error(cmd, "--methods: at most %d methods", MAX_EVAL_METHODS);
+                o->methods[o->n_methods++] = m;
+            }
+            if (!o->n_methods) return usage_error(cmd, "--methods: empty list");
+            break;
+        }
         }
         if (rc != PROCEED) return rc;
     }
@@ -721,10 +743,9 @@ done:
 
 /* ------------------------------------------------------------------ eval */
 
-static const char *const EVAL_METHODS[] = {
+static const char *const DEFAULT_EVAL_METHODS[] = {
     "bf16", "fp8-naive", "sage2", "sage2+hadamard", "vsmooth", "vc",
     "sage3-4bit", "sage3-4bit+hadamard", "vsmooth-4bit"};
-#define NUM_EVAL (sizeof EVAL_METHODS / sizeof EVAL_METHODS[0])
 
 typedef struct {
     vcattn_metrics m;
@@ -873,9 +894,12 @@ static int cmd_eval(const options *o) {
     char err[ERRLEN];
     float *oq = NULL, *opv = NULL;
     double *ref = NULL;
-    eval_row rows_out[NUM_EVAL];
+    eval_row rows_out[MAX_EVAL_METHODS];
     double energy[2];
     int rc;
+    const size_t NUM_EVAL = o->n_methods ? (size_t)o->n_methods
+                                         : sizeof DEFAULT_EVAL_METHODS / sizeof DEFAULT_EVAL_METHODS[0];
+    const char *const *EVAL_METHODS = o->n_methods ? o->methods : DEFAULT_EVAL_METHODS;
     vcattn_status st = load_inputs(o, &in, err);
     if (st) {
         rc = lib_error(st, err);
@@ -955,15 +979,17 @@ static int cmd_eval(const options *o) {
 
     /* Does the value term dominate (share > 1/2) where V-Smooth should help? */
     static const char *const FOCUS[] = {"sage2", "vsmooth", "vc"};
-    double share[3];
-    int dominates[3];
+    double share[3] = {0.0, 0.0, 0.0};
+    int dominates[3] = {0, 0, 0}, found[3] = {0, 0, 0}, n_found = 0;
     for (int f = 0; f < 3; f++)
         for (size_t i = 0; i < NUM_EVAL; i++)
             if (strcmp(EVAL_METHODS[i], FOCUS[f]) == 0) {
                 double s = rows_out[i].prob + rows_out[i].value;
                 share[f] = s > 0.0 ? rows_out[i].value / s : 0.0;
                 dominates[f] = share[f] > 0.5;
+                found[f] = 1;
             }
+    for (int f = 0; f < 3; f++) n_found += found[f];
 
     if (o->json) {
         printf("{\"workload\": ");
@@ -990,8 +1016,8 @@ static int cmd_eval(const options *o) {
         printf(", \"grouped\": ");
         json_num(energy[1]);
         printf("}, \"value_term_dominates\": {");
-        for (int f = 0; f < 3; f++)
-            printf("%s\"%s\": %s", f ? ", " : "", FOCUS[f], dominates[f] ? "true" : "false");
+        for (int f = 0, k = 0; f < 3; f++)
+            if (found[f]) printf("%s\"%s\": %s", k++ ? ", " : "", FOCUS[f], dominates[f] ? "true" : "false");
         printf("}}\n");
     } else {
         printf("%s, ", in.source);
@@ -1015,6 +1041,7 @@ static int cmd_eval(const options *o) {
                "order, %.1f%% after k-means grouping (%d clusters)\n",
                ENERGY_BLOCK, 100.0 * energy[0], 100.0 * energy[1],
                vsmooth_cluster_count(&vc, in.k.tokens));
+        if (n_found < 3) goto printed;
         printf("Value-term share of the output error:");
         for (int f = 0; f < 3; f++)
             printf(" %s %.1f%%%s", FOCUS[f], 100.0 * share[f], f < 2 ? "," : "");
@@ -1031,6 +1058,7 @@ static int cmd_eval(const options *o) {
             printf(".\n");
         }
     }
+printed:
     rc = 0;
 done:
     free(oq); free(opv); free(ref);
