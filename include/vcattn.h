@@ -167,9 +167,18 @@ typedef struct {
                                  and demean, 0 = plain low-bit kernel (paper) */
     /* input policy */
     int check_finite;         /* 1 (default): reject NaN/Inf inputs with
-                                 VCATTN_ERR_NONFINITE_INPUT before any work */
+                                 VCATTN_ERR_NONFINITE_INPUT, and inputs whose
+                                 scores could pass VCATTN_MAX_SCORE_LOG2 with
+                                 VCATTN_ERR_INVALID_ARGUMENT, before any
+                                 output is written */
     int num_threads;          /* CPU backend threads; 0 = all cores */
 } vcattn_config;
+
+/* The largest |score| (log2 units: q.k * sm_scale * log2(e)) a checked call
+ * accepts, judged from max|q| * max|k| after RoPE and K smoothing. Beyond it
+ * one score's float32 rounding exceeds 2^-4, and past ~2^31 rows lose every
+ * key or overflow (docs/robustness.md); real attention stays below 10^3. */
+#define VCATTN_MAX_SCORE_LOG2 1048576.0 /* 2^20 */
 
 vcattn_config vcattn_config_default(void);
 

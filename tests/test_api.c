@@ -113,6 +113,17 @@ static void test_bad_inputs(vcattn_context *ctx) {
     c = good_call(); c.rope_ptr = &c.rope; expect(ctx, &c, VCATTN_ERR_NONFINITE_INPUT, "NaN in rope table");
     cos_tab[3] = 1.0f;
 
+    /* Scores beyond what float32 softmax resolves (|s| > 2^20 in log2 units):
+     * refused by the same check (docs/robustness.md). */
+    for (int i = 0; i < B * H * N * D; i++) q[i] *= 16384.0f, k[i] *= 16384.0f;
+    c = good_call(); expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "scores of ~1e9");
+    CHECK(strstr(vcattn_last_error(ctx), "float32 softmax") != NULL, "huge scores: message names the reason: %s",
+          vcattn_last_error(ctx));
+    c = good_call(); c.cfg.check_finite = 0;
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK,
+          "unchecked huge scores return");
+    for (int i = 0; i < B * H * N * D; i++) q[i] /= 16384.0f, k[i] /= 16384.0f;
+
     /* With the check off, NaN flows to the output: no crash, status OK. */
     q[5] = NAN;
     c = good_call(); c.cfg.check_finite = 0;

@@ -360,6 +360,19 @@ static void run_bad_input(vcattn_context *gpu) {
     CHECK(untouched, "NaN input: the output was written");
     ((float *)in.vd)[12345] = 0.0f;
 
+    /* Scores beyond what float32 softmax resolves: refused, nothing written. */
+    const size_t nqe = (size_t)(s.b * s.hq * s.nq * s.d), nke = (size_t)(s.b * s.hkv * s.nk * s.d);
+    for (size_t i = 0; i < nqe; i++) ((float *)in.qd)[i] *= 16384.0f;
+    for (size_t i = 0; i < nke; i++) ((float *)in.kd)[i] *= 16384.0f;
+    st = vcattn_attention(gpu, &cfg, &in.q, &in.k, &in.v, &o.t, o.lse, NULL, NULL);
+    CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && strstr(vcattn_last_error(gpu), "float32 softmax"),
+          "huge scores on the GPU: status %d (%s)", st, vcattn_last_error(gpu));
+    untouched = guards_intact(&o);
+    for (size_t i = 0; i < o.words; i++) untouched &= o.raw[GUARD + i] == GUARD_WORD;
+    CHECK(untouched, "huge scores: the output was written");
+    for (size_t i = 0; i < nqe; i++) ((float *)in.qd)[i] /= 16384.0f;
+    for (size_t i = 0; i < nke; i++) ((float *)in.kd)[i] /= 16384.0f;
+
     /* Tiny V (subnormal): the channel scale counts as zero, output finite (zeros). */
     for (size_t i = 0; i < (size_t)(s.b * s.hkv * s.nk * s.d); i++) ((float *)in.vd)[i] *= 1e-40f;
     st = vcattn_attention(gpu, &cfg, &in.q, &in.k, &in.v, &o.t, o.lse, NULL, NULL);

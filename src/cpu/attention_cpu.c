@@ -19,11 +19,13 @@ typedef struct {
     score_operand k;   /* permuted, smoothed, rotated, quantized keys */
     value_operand v;   /* permuted, demeaned, quantized values */
     float *kmean;      /* [d] post-RoPE channel mean of K, or NULL */
+    double max_norm;   /* largest |k| the scores see (after RoPE and smoothing) */
 } kv_head;
 
 typedef struct {
     score_operand q;
     float *lse_shift;  /* [nq] sm_scale * q.kmean: what K smoothing took out */
+    double max_norm;   /* largest |q| after RoPE */
 } q_head;
 
 typedef struct {
@@ -121,10 +123,13 @@ static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const 
     }
     for (int64_t t = 0; t < n; t++) {
         int64_t src = perm ? perm[t] : t;
+        double norm2 = 0.0;
         for (int64_t i = 0; i < d; i++) {
             kp[t * d + i] = kx[src * d + i] - (kv->kmean ? kv->kmean[i] : 0.0f);
             vp[t * d + i] = vx[src * d + i];
+            norm2 += (double)kp[t * d + i] * kp[t * d + i];
         }
+        kv->max_norm = fmax(kv->max_norm, sqrt(norm2));
         if (cfg->hadamard) cpu_hadamard(kp + t * d, d);
     }
     if ((st = quantize_scores(cfg->qk_format, 1, kp, n, d, &kv->k))) goto done;
@@ -148,6 +153,9 @@ static vcattn_status prepare_q(const problem *p, const vcattn_tensor *q, const v
         return VCATTN_ERR_OUT_OF_MEMORY;
     }
     for (int64_t t = 0; t < n; t++) {
+        double norm2 = 0.0;
+        for (int64_t i = 0; i < d; i++) norm2 += (double)x[t * d + i] * x[t * d + i];
+        qh->max_norm = fmax(qh->max_norm, sqrt(norm2));
         if (kv->kmean) {
             double s = 0.0;
             for (int64_t i = 0; i < d; i++) s += (double)x[t * d + i] * kv->kmean[i];
@@ -318,6 +326,19 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
     if (failed) {
         st = vcattn_fail(ctx, VCATTN_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
         goto done;
+    }
+    if (cfg->check_finite) {
+        double max_q = 0.0, max_k = 0.0;
+        for (int64_t g = 0; g < nqh; g++) max_q = fmax(max_q, p.qh[g].max_norm);
+        for (int64_t g = 0; g < nkv; g++) max_k = fmax(max_k, p.kv[g].max_norm);
+        const double bound = max_q * max_k * p.sm_scale * LOG2E;
+        if (bound > VCATTN_MAX_SCORE_LOG2) {
+            st = vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                             "scores could reach %.3g (log2 units: |q| %.3g, |k| %.3g after RoPE and "
+                             "smoothing), beyond the %g the float32 softmax resolves",
+                             bound, max_q, max_k, VCATTN_MAX_SCORE_LOG2);
+            goto done;
+        }
     }
 
     const int64_t qtiles = (p.nq + VCATTN_TILE - 1) / VCATTN_TILE;

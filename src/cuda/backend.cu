@@ -283,7 +283,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     const size_t mean_partials = k_channel_mean_partials((int)c.B, (int)c.Hkv, (int)Nk, (int)D);
     const int rg = c.regroup;
     const size_t sizes[] = {
-        sizeof(int), kvh * D * 4, mean_partials * 8,                             // flag, kmean, partials
+        4 * sizeof(int), kvh * D * 4, mean_partials * 8,                         // flag + norms, kmean, partials
         rg ? kvh * Nk * 4 : 0, rg ? kvh * k * D * 4 : 0, rg ? kvh * k * 4 : 0,    // perm, centroids, norms
         rg ? kvh * Nk * 4 : 0, rg ? kvh * chunks * k * D * 8 : 0,                // labels, sums
         rg ? kvh * chunks * k * 4 : 0, rg ? kvh * k * 4 : 0,                     // counts, init rows
@@ -294,7 +294,8 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     for (size_t sz : sizes) total += (sz + 255) & ~size_t(255);
     cudaError_t err = cs.alloc((void **)&cs.work, total);
     if (err != cudaSuccess) return cs.cuda_fail(err, "workspace");
-    op->flag = cs.take<int>(1);
+    op->flag = cs.take<int>(4);  // [0] the check's flag, [2], [3] the largest |q| and |k|
+    float *max_norm = reinterpret_cast<float *>(op->flag + 2);
     op->kmean = cs.take<float>(kvh * D);
     double *partials = cs.take<double>(mean_partials);
     op->new_perm = rg ? cs.take<int32_t>(kvh * Nk) : nullptr;
@@ -320,7 +321,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     float *tile_amax = cs.take<float>(kvh * T * D);
     float *chan_inv = cs.take<float>(kvh * D);
     op->chan_mul = cs.take<float>(kvh * D);
-    if ((err = cudaMemsetAsync(op->flag, 0, sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
+    if ((err = cudaMemsetAsync(op->flag, 0, 4 * sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
 
     const float sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)D);
     const float hadamard_scale = 1.0f / sqrtf((float)D);
@@ -353,9 +354,11 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         return cs.cuda_fail(err, "K channel mean");
     const float *mean = cfg->k_smoothing ? op->kmean : nullptr;
     if ((err = quantize_k(in.k, in.krope, ck, op->perm, mean, cfg->hadamard, hadamard_scale, op->k_codes,
-                          op->k_mul, cs.stream)) ||
+                          op->k_mul, max_norm + 1, cs.stream)) ||
         (err = quantize_q(in.q, in.qrope, cq, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
-                          op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, cs.stream)) ||
+                          op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, max_norm,
+                          cs.stream)) ||
+        (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * 1.4426950408889634f, ck, cs.stream))) ||
         (err = quantize_v(in.v, ck, op->perm, c.grouped, op->tile_mean, tile_amax, chan_inv, op->chan_mul,
                           op->v_records, cs.stream)))
         return cs.cuda_fail(err, "quantization");
@@ -372,8 +375,12 @@ vcattn_status check_flag(call_state &cs, const vcattn_config *cfg, const operand
     if ((err = cudaMemcpyAsync(&found, op.flag, sizeof(int), cudaMemcpyDeviceToHost, cs.stream)) ||
         (err = cudaStreamSynchronize(cs.stream)))
         return cs.cuda_fail(err, "non-finite check");
-    if (found)
+    if (found & 1)
         return vcattn_fail(cs.ctx, VCATTN_ERR_NONFINITE_INPUT, "q, k, v or the rope tables contain NaN or Inf");
+    if (found & 2)
+        return vcattn_fail(cs.ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "scores could pass %g (log2 units, from |q| and |k| after RoPE and smoothing): "
+                           "beyond what the float32 softmax resolves", VCATTN_MAX_SCORE_LOG2);
     return VCATTN_OK;
 }
 

@@ -177,6 +177,7 @@ struct row_args {
     int8_t *codes;
     float *scales;
     float *lse_shift;        // Q only, may be NULL (no LSE asked for)
+    float *max_norm;         // with the check: atomic max of the rows' norms (before the Hadamard)
 };
 
 // Row (token n, original position src) rotated, smoothed and Hadamard-
@@ -185,7 +186,7 @@ struct row_args {
 // mean: the lane's E elements of the K channel mean (used when a.kmean).
 template <int D, bool IS_KEY>
 __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, int n, int src,
-                                               const float (&mean)[D / 32], float *x) {
+                                               const float (&mean)[D / 32], float *x, float &norm2_max) {
     constexpr int E = D / 32;
     const int lane = threadIdx.x & 31;
     rope_row<D, true>(a.rope, a.c, src, x);
@@ -200,6 +201,12 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
             s = warp_sum(s);
             if (lane == 0) a.lse_shift[head * a.c.tokens + n] = (float)(s * a.sm_scale);
         }
+    }
+    if (a.max_norm) {  // the score bound of the check (the Hadamard keeps norms)
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < E; k++) s += x[k] * x[k];
+        norm2_max = fmaxf(norm2_max, warp_sum(s));
     }
     if (a.hadamard) {
         // Sylvester order, stage by stage, as cpu_hadamard: x[j] = u + w and
@@ -278,6 +285,7 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) 
     }
     float x[RPW][E];
     load_rows<RPW, E>(a.x, at, valid, x);
+    float norm2_max = 0.0f;
 #pragma unroll
     for (int i = 0; i < RPW; i++) {
         const int r = warp + WARPS * i, n = tile * R + r;
@@ -286,7 +294,7 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) 
             if (a.c.check_finite)
 #pragma unroll
                 for (int k = 0; k < E; k++) checked(x[i][k], a.c);
-            amax = transform_row<D, IS_KEY>(a, head, n, src[i], mean, x[i]);
+            amax = transform_row<D, IS_KEY>(a, head, n, src[i], mean, x[i], norm2_max);
         }
         if constexpr (IS_KEY) {
             if (lane == 0) row_amax[r] = amax;
@@ -298,6 +306,8 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) 
             else *reinterpret_cast<uint16_t *>(staged + r * LD + lane * E) = (uint16_t)w;
         }
     }
+    if (a.max_norm && lane == 0 && norm2_max > 0.0f)  // non-negative floats order as their bits
+        atomicMax(reinterpret_cast<int *>(a.max_norm), __float_as_int(sqrtf(norm2_max)));
     if constexpr (IS_KEY) {
         // 4 scales per tile: keys with the same (key % 8) / 2 (a thread's keys in the attention kernel).
         __syncthreads();
@@ -422,6 +432,13 @@ __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
         mu[ch] = a.demean ? vcattn_round_f16(mean[ch] * inv[ch]) : 0.0f;
 }
 
+// The check's score bound: |q| |k| sm_scale log2(e) beyond what float32
+// softmax resolves sets flag bit 2 (the attention kernel then writes nothing).
+__global__ void score_bound_kernel(const float *max_norm, float score_mul, quant_common c) {
+    if ((double)max_norm[0] * (double)max_norm[1] * (double)score_mul > VCATTN_MAX_SCORE_LOG2)
+        atomicOr(c.error_flag, 2);
+}
+
 }  // namespace
 
 size_t k_channel_mean_partials(int batch, int heads, int tokens, int head_dim) {
@@ -453,18 +470,26 @@ static cudaError_t launch_rows(bool is_key, const row_args &a, int tiles, cudaSt
     return cudaGetLastError();
 }
 
+cudaError_t check_score_bound(const float *max_norm, float score_mul, const quant_common &c,
+                              cudaStream_t stream) {
+    score_bound_kernel<<<1, 1, 0, stream>>>(max_norm, score_mul, c);
+    return cudaGetLastError();
+}
+
 cudaError_t quantize_k(const dev_tensor &k, const dev_rope &rope, const quant_common &c,
                        const int32_t *perm, const float *mean, int hadamard, float hadamard_scale,
-                       int8_t *codes, float *scales, cudaStream_t stream) {
-    row_args a = {k, rope, c, perm, mean, c.heads, 0.0f, hadamard, hadamard_scale, codes, scales, nullptr};
+                       int8_t *codes, float *scales, float *max_norm, cudaStream_t stream) {
+    row_args a = {k, rope, c, perm, mean, c.heads, 0.0f, hadamard, hadamard_scale, codes, scales, nullptr,
+                  c.check_finite ? max_norm : nullptr};
     return launch_rows(true, a, (c.tokens + VC_KV_ROWS - 1) / VC_KV_ROWS, stream);
 }
 
 cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_common &c,
                        int heads_kv, const float *kmean, float sm_scale, int hadamard,
                        float hadamard_scale, int tiles, int8_t *codes, float *scales,
-                       float *lse_shift, cudaStream_t stream) {
-    row_args a = {q, rope, c, nullptr, kmean, heads_kv, sm_scale, hadamard, hadamard_scale, codes, scales, lse_shift};
+                       float *lse_shift, float *max_norm, cudaStream_t stream) {
+    row_args a = {q, rope, c, nullptr, kmean, heads_kv, sm_scale, hadamard, hadamard_scale, codes, scales, lse_shift,
+                  c.check_finite ? max_norm : nullptr};
     return launch_rows(false, a, tiles, stream);
 }
 
