@@ -97,7 +97,7 @@ def kernel_ms(fn, reps, name="vc_attention"):
     return (statistics.median(times) if times else float("nan")), {k: sum(v) / reps for k, v in pre.items()}
 
 
-def bench_shape(vc, name, shape, reps, versions=()):
+def bench_shape(vc, name, shape, reps, versions=(), check_finite=0):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
     b, h, n, d = shape
@@ -121,7 +121,7 @@ def bench_shape(vc, name, shape, reps, versions=()):
     except ImportError:
         row["sage2_ms"] = None
 
-    cfg = vc.config("vc")
+    cfg = vc.config("vc", check_finite)
     layer = vc.layer(40)
     vc(q, k, v, out, cfg, layer)                 # step 0: cold grouping
     vc.lib.vcattn_layer_set_step(layer, 1)       # plain step: permutation reused
@@ -138,7 +138,7 @@ def bench_shape(vc, name, shape, reps, versions=()):
         vc.lib.vcattn_layer_set_step(layer, 4)   # in the window, refresh step: warm k-means
         vc(q, k, v, out, cfg, layer)
     row["vc_grouping_ms"] = time_ms(warm_group, max(2, reps // 2))
-    cfg2 = vc.config("sage2")
+    cfg2 = vc.config("sage2", check_finite)
     row["sage2_ours_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg2), reps)
     vc.lib.vcattn_layer_destroy(layer)
     return row
@@ -150,14 +150,16 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None)
     ap.add_argument("--lib", default=None)
-    ap.add_argument("--kernels", default="", help="also time these kernel versions, e.g. v1,v2,v3,v4")
+    ap.add_argument("--kernels", default="", help="also time these kernel versions, e.g. v1,v3")
+    ap.add_argument("--check-finite", action="store_true",
+                    help="time calls with the input checks on (the library's default; off here by default)")
     args = ap.parse_args()
     vc = Vcattn(args.lib)
     rows = []
     for name in args.shapes.split(","):
         print("bench %s ..." % name, file=sys.stderr)
         versions = [v for v in args.kernels.split(",") if v]
-        rows.append(bench_shape(vc, name, SHAPES[name], args.reps, versions))
+        rows.append(bench_shape(vc, name, SHAPES[name], args.reps, versions, int(args.check_finite)))
         torch.cuda.empty_cache()
     print("TFLOP/s (ratio to cuDNN BF16), medians of %d runs" % args.reps)
     print("%-14s %12s %12s %12s %12s %12s %12s" % ("shape", "cuDNN", "flash", "vc kernel", "vc call",
