@@ -172,6 +172,11 @@ typedef struct {
                                  VCATTN_ERR_INVALID_ARGUMENT, before any
                                  output is written */
     int num_threads;          /* CPU backend threads; 0 = all cores */
+    /* score path, experimental (CPU backend only for now; default 0): subtract
+     * each head's channel mean of Q over tokens before quantizing, and add the
+     * exact per-key term sm_scale (mean_q . k_j) back to the scores, as
+     * SageAttention2 smooths Q (docs/fidelity.md) */
+    int q_smoothing;
 } vcattn_config;
 
 /* The largest |score| (log2 units: q.k * sm_scale * log2(e)) a checked call

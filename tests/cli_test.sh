@@ -89,6 +89,7 @@ check "run --study" 2 "--study belongs to eval" -- run --study orders
 check "eval --methods" 0 "vc+hadamard" "sage2 " -- eval --workload tiny --methods sage2,vc+hadamard
 check "eval --methods unknown" 2 "unknown method 'nope'" -- eval --methods sage2,nope
 check "run --methods" 2 "--methods belongs to eval" -- run --methods sage2
+check "eval --q-smoothing" 0 '"q_smoothing": true' -- run --workload tiny --method vc --q-smoothing --backend cpu --json
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

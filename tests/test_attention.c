@@ -86,6 +86,16 @@ static void test_exact_paths(vcattn_context *ctx) {
         metrics_compute(t.out, t.ref, t.b * t.hq * t.nq, t.d, &m);
         CHECK(m.rel_l2 < 2e-6, "vsmooth, quantizers off, Nk=%lld: rel L2 %.3g", (long long)nks[i], m.rel_l2);
         CHECK(lse_max_err(&t) < 2e-5, "LSE with K smoothing, Nk=%lld: %.3g", (long long)nks[i], lse_max_err(&t));
+
+        /* Q smoothing: the per-key term restores the scores exactly (q has an
+         * offset here, so the term is large). */
+        for (int64_t e = 0; e < t.b * t.hq * t.nq * t.d; e++) t.q[e] += 2.0f;
+        vcattn_reference_attention(&t.tq, &t.tk, &t.tv, NULL, 0.0f, t.ref, t.ref_lse);
+        c.q_smoothing = 1;
+        CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "q_smoothing run: %s", vcattn_last_error(ctx));
+        metrics_compute(t.out, t.ref, t.b * t.hq * t.nq, t.d, &m);
+        CHECK(m.rel_l2 < 2e-6, "Q smoothing, quantizers off, Nk=%lld: rel L2 %.3g", (long long)nks[i], m.rel_l2);
+        CHECK(lse_max_err(&t) < 2e-5, "LSE with Q and K smoothing, Nk=%lld: %.3g", (long long)nks[i], lse_max_err(&t));
         case_free(&t);
     }
 }

@@ -380,6 +380,12 @@ static void run_bad_input(vcattn_context *gpu) {
     for (int64_t i = 0; finite && i < s.b * s.hq * s.nq * s.d; i++) finite = vcattn_isfinite_f32(((float *)o.t.data)[i]);
     CHECK(finite, "subnormal V on the GPU: status %d or non-finite output", st);
 
+    vcattn_config qs = cfg;
+    qs.q_smoothing = 1;
+    st = vcattn_attention(gpu, &qs, &in.q, &in.k, &in.v, &o.t, NULL, NULL, NULL);
+    CHECK(st == VCATTN_ERR_UNSUPPORTED_CONFIG && strstr(vcattn_last_error(gpu), "q_smoothing"),
+          "q_smoothing on the GPU: status %d (%s)", st, vcattn_last_error(gpu));
+
     vcattn_config fp4 = method_config("sage3-4bit");
     st = vcattn_attention(gpu, &fp4, &in.q, &in.k, &in.v, &o.t, NULL, NULL, NULL);
     CHECK(st == VCATTN_ERR_UNSUPPORTED_CONFIG && strstr(vcattn_last_error(gpu), "sage2"),

@@ -62,6 +62,7 @@ static const char USAGE_RUN[] =
     "vsmooth-4bit, each optionally with +hadamard. Switches on top of it:\n"
     "  --hadamard, --no-hadamard          --vsmooth, --no-vsmooth\n"
     "  --k-smoothing, --no-k-smoothing\n"
+    "  --q-smoothing   (experimental, CPU backend: Q channel mean out, per-key term back)\n"
     "  --qk exact|int8|fp8|nvfp4\n"
     "  --p exact|bf16|fp8-cast|expcast|nvfp4\n"
     "  --v exact|fp8-channel|fp8-block|nvfp4   (also --v-format; any other --v\n"
@@ -90,6 +91,7 @@ static const char USAGE_EVAL[] =
     "  --dtype bf16|f16|f32      input precision (default bf16)\n"
     "  --threads N               CPU threads (default: all cores)\n"
     "  --methods M1,M2,...       these methods instead of the list above\n"
+    "  --q-smoothing             every method with Q smoothing (experimental, CPU backend)\n"
     "  --study NAME              instead of the table: orders (V error and energy\n"
     "                            share by token order), expcast (ExpCast row\n"
     "                            statistics against the bound), schedule (the\n"
@@ -233,7 +235,7 @@ typedef struct {
     const char *methods[MAX_EVAL_METHODS];
     int n_methods;                       /* 0: the default list */
     /* switches on top of the method: -1 (floats: NAN) = as the method says */
-    int hadamard, k_smoothing, vsmooth, qk, p, v, clusters, iters;
+    int hadamard, k_smoothing, vsmooth, qk, p, v, clusters, iters, q_smoothing;
     float beta, sm_scale;
 } options;
 
@@ -241,7 +243,7 @@ typedef enum {
     OPT_HELP, OPT_JSON, OPT_Q, OPT_K, OPT_V, OPT_V_FORMAT, OPT_BF16, OPT_LAYOUT, OPT_WORKLOAD,
     OPT_SEED, OPT_METHOD, OPT_BACKEND, OPT_DTYPE, OPT_THREADS, OPT_OUT, OPT_HADAMARD,
     OPT_NO_HADAMARD, OPT_K_SMOOTHING, OPT_NO_K_SMOOTHING, OPT_VSMOOTH, OPT_NO_VSMOOTH, OPT_QK,
-    OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS
+    OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS, OPT_Q_SMOOTHING
 } opt_id;
 
 typedef struct {
@@ -262,6 +264,7 @@ static const opt_spec OPTS[] = {
     {"--method", OPT_METHOD, 1, 1},   {"--out", OPT_OUT, 1, 1},
     {"--hadamard", OPT_HADAMARD, 0, 1}, {"--no-hadamard", OPT_NO_HADAMARD, 0, 1},
     {"--k-smoothing", OPT_K_SMOOTHING, 0, 1}, {"--no-k-smoothing", OPT_NO_K_SMOOTHING, 0, 1},
+    {"--q-smoothing", OPT_Q_SMOOTHING, 0, 0},
     {"--vsmooth", OPT_VSMOOTH, 0, 1}, {"--no-vsmooth", OPT_NO_VSMOOTH, 0, 1},
     {"--qk", OPT_QK, 1, 1},           {"--p", OPT_P, 1, 1},
     {"--clusters", OPT_CLUSTERS, 1, 1}, {"--iters", OPT_ITERS, 1, 1},
@@ -359,6 +362,7 @@ static int parse_options(int argc, char **argv, options *o) {
         case OPT_NO_HADAMARD: o->hadamard = 0; break;
         case OPT_K_SMOOTHING: o->k_smoothing = 1; break;
         case OPT_NO_K_SMOOTHING: o->k_smoothing = 0; break;
+        case OPT_Q_SMOOTHING: o->q_smoothing = 1; break;
         case OPT_VSMOOTH: o->vsmooth = 1; break;
         case OPT_NO_VSMOOTH: o->vsmooth = 0; break;
         case OPT_QK: rc = parse_choice(cmd, a, val, QK_NAMES, &o->qk); break;
@@ -425,6 +429,7 @@ static vcattn_config build_config(const options *o) {
     vcattn_config_from_method(o->method, &c);  /* validated while parsing */
     if (o->hadamard >= 0) c.hadamard = o->hadamard;
     if (o->k_smoothing >= 0) c.k_smoothing = o->k_smoothing;
+    if (o->q_smoothing > 0) c.q_smoothing = 1;
     if (o->vsmooth >= 0) c.vsmooth = o->vsmooth;
     if (o->qk >= 0) c.qk_format = (vcattn_qk_format)o->qk;
     if (o->p >= 0) c.p_format = (vcattn_p_format)o->p;
@@ -585,10 +590,10 @@ static void json_metrics(const vcattn_metrics *m) {
 static void json_config(const vcattn_config *c) {
     /* %.7g: the float32 fields as typed, not their binary expansion; the
      * library keeps them finite. */
-    printf("{\"qk\": \"%s\", \"k_smoothing\": %s, \"hadamard\": %s, \"sm_scale\": %.7g, "
+    printf("{\"qk\": \"%s\", \"k_smoothing\": %s, \"q_smoothing\": %s, \"hadamard\": %s, \"sm_scale\": %.7g, "
            "\"p\": \"%s\", \"expcast_beta\": %.7g, \"v\": \"%s\", \"vsmooth\": %s, "
            "\"kmeans_clusters\": %d, \"kmeans_iters\": %d}",
-           name_of(QK_NAMES, c->qk_format), c->k_smoothing ? "true" : "false",
+           name_of(QK_NAMES, c->qk_format), c->k_smoothing ? "true" : "false", c->q_smoothing ? "true" : "false",
            c->hadamard ? "true" : "false", c->sm_scale, name_of(P_NAMES, c->p_format),
            c->expcast_beta, name_of(V_NAMES, c->v_format), c->vsmooth ? "true" : "false",
            c->kmeans_clusters, c->kmeans_iters);
@@ -937,6 +942,7 @@ static int cmd_eval(const options *o) {
         vcattn_config cfg;
         vcattn_config_from_method(EVAL_METHODS[i], &cfg);
         cfg.num_threads = o->threads;
+        cfg.q_smoothing = o->q_smoothing > 0;
         vcattn_context *used, *pv_used;
         double t0 = now_ms();
         st = attention_or_cpu(ctx, cpu_ctx, &cfg, &in, &tq, &used);

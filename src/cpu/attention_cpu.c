@@ -20,12 +20,14 @@ typedef struct {
     value_operand v;   /* permuted, demeaned, quantized values */
     float *kmean;      /* [d] post-RoPE channel mean of K, or NULL */
     double max_norm;   /* largest |k| the scores see (after RoPE and smoothing) */
+    float *rows;       /* q_smoothing: the keys as scored, [nk][d] (permuted, smoothed, before the Hadamard) */
 } kv_head;
 
 typedef struct {
     score_operand q;
     float *lse_shift;  /* [nq] sm_scale * q.kmean: what K smoothing took out */
     double max_norm;   /* largest |q| after RoPE */
+    float *key_bias;   /* q_smoothing: [nk] sm_scale log2(e) (mean_q . k_j), added to the scores */
 } q_head;
 
 typedef struct {
@@ -132,6 +134,14 @@ static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const 
         kv->max_norm = fmax(kv->max_norm, sqrt(norm2));
         if (cfg->hadamard) cpu_hadamard(kp + t * d, d);
     }
+    if (cfg->q_smoothing) {  /* the bias of Q smoothing needs the keys before the Hadamard */
+        if (!(kv->rows = malloc((size_t)(n * d) * sizeof(float)))) goto done;
+        for (int64_t t = 0; t < n; t++) {
+            int64_t src = perm ? perm[t] : t;
+            for (int64_t i = 0; i < d; i++)
+                kv->rows[t * d + i] = kx[src * d + i] - (kv->kmean ? kv->kmean[i] : 0.0f);
+        }
+    }
     if ((st = quantize_scores(cfg->qk_format, 1, kp, n, d, &kv->k))) goto done;
     st = quantize_values(cfg->v_format, plan != VCATTN_GROUP_NONE, vp, n, d, &kv->v);
 done:
@@ -152,6 +162,24 @@ static vcattn_status prepare_q(const problem *p, const vcattn_tensor *q, const v
         free(x);
         return VCATTN_ERR_OUT_OF_MEMORY;
     }
+    float qmean[VCATTN_MAX_HEAD_DIM];
+    if (cfg->q_smoothing) {
+        qh->key_bias = malloc((size_t)p->nk * sizeof(float));
+        if (!qh->key_bias) {
+            free(x);
+            return VCATTN_ERR_OUT_OF_MEMORY;
+        }
+        for (int64_t i = 0; i < d; i++) {
+            double s = 0.0;
+            for (int64_t t = 0; t < n; t++) s += x[t * d + i];
+            qmean[i] = (float)(s / (double)n);
+        }
+        for (int64_t j = 0; j < p->nk; j++) {  /* q.k = (q - mean_q).k + mean_q.k: the second term per key */
+            double s = 0.0;
+            for (int64_t i = 0; i < d; i++) s += (double)qmean[i] * kv->rows[j * d + i];
+            qh->key_bias[j] = (float)(s * (double)p->sm_scale * 1.4426950408889634);
+        }
+    }
     for (int64_t t = 0; t < n; t++) {
         double norm2 = 0.0;
         for (int64_t i = 0; i < d; i++) norm2 += (double)x[t * d + i] * x[t * d + i];
@@ -161,6 +189,8 @@ static vcattn_status prepare_q(const problem *p, const vcattn_tensor *q, const v
             for (int64_t i = 0; i < d; i++) s += (double)x[t * d + i] * kv->kmean[i];
             qh->lse_shift[t] = (float)(s * p->sm_scale);
         }
+        if (cfg->q_smoothing)
+            for (int64_t i = 0; i < d; i++) x[t * d + i] = x[t * d + i] - qmean[i];
         if (cfg->hadamard) cpu_hadamard(x + t * d, d);
     }
     vcattn_status st = quantize_scores(cfg->qk_format, 0, x, n, d, &qh->q);
@@ -218,7 +248,7 @@ static float p_scale_log2(vcattn_p_format f) {
 /* One query row against every key tile: online softmax (eq. 1) with the mean
  * restored from the tile row sum (eq. 6). */
 static void attend_row(const problem *p, const score_operand *q, const kv_head *kv, int64_t i,
-                       float *out_row, float *lse_out, float lse_shift) {
+                       float *out_row, float *lse_out, float lse_shift, const float *key_bias) {
     const vcattn_config *cfg = p->cfg;
     const int64_t d = p->d, nk = p->nk;
     const float *qv = q->val + i * d;
@@ -234,6 +264,10 @@ static void attend_row(const problem *p, const score_operand *q, const kv_head *
         for (int64_t j = 0; j < nt; j++) {
             dot[j] = dot8(qv, kv->k.val + (j0 + j) * d, d);
             mult[j] = qmul * kv->k.mul[j0 + j];
+            if (key_bias) {  /* the score with Q smoothing's per-key term, one FMA */
+                dot[j] = fmaf(dot[j], mult[j], key_bias[j0 + j]);
+                mult[j] = 1.0f;
+            }
             tile_max = fmaxf(tile_max, dot[j] * mult[j]);
         }
         float m_new = fmaxf(m, tile_max);
@@ -273,11 +307,13 @@ static void free_problem(problem *p) {
             score_operand_free(&p->kv[g].k);
             value_operand_free(&p->kv[g].v);
             free(p->kv[g].kmean);
+            free(p->kv[g].rows);
         }
     if (p->qh)
         for (int64_t g = 0; g < p->batch * p->hq; g++) {
             score_operand_free(&p->qh[g].q);
             free(p->qh[g].lse_shift);
+            free(p->qh[g].key_bias);
         }
     free(p->kv); free(p->qh); free(p->out); free(p->lse);
 }
@@ -350,7 +386,7 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
         const kv_head *kv = &p.kv[b * p.hkv + h / (p.hq / p.hkv)];
         for (int64_t i = i0; i < i1; i++)
             attend_row(&p, &p.qh[gq].q, kv, i, p.out + (gq * p.nq + i) * p.d, p.lse + gq * p.nq + i,
-                       p.qh[gq].lse_shift[i]);
+                       p.qh[gq].lse_shift[i], p.qh[gq].key_bias);
     }
 
     /* Only now, with nothing left to fail, touch the caller's buffers. */

@@ -130,6 +130,9 @@ vcattn_status check_supported(vcattn_context *ctx, const vcattn_config *cfg, int
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_HEAD_DIM,
                            "cuda backend: head dim %lld unsupported (the sm_90a kernel takes 64 and 128)",
                            (long long)d);
+    if (cfg->q_smoothing)
+        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
+                           "cuda backend: q_smoothing is not in the sm_90a kernel yet; use the cpu backend");
     if (cfg->qk_format != VCATTN_QK_INT8 || cfg->v_format != VCATTN_V_FP8_CHANNEL ||
         (cfg->p_format != VCATTN_P_FP8_CAST && cfg->p_format != VCATTN_P_FP8_EXPCAST))
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
