@@ -190,7 +190,9 @@ vcattn_config vcattn_config_default(void);
 /*
  * Named presets: "bf16", "fp8-naive", "sage2", "vsmooth", "vc", "sage3-4bit",
  * "vsmooth-4bit"; a "+hadamard" suffix (e.g. "sage2+hadamard") turns on the
- * QK Hadamard. Returns VCATTN_ERR_UNKNOWN_NAME for anything else.
+ * QK Hadamard, then a "+qsmooth" suffix (e.g. "vc+qsmooth",
+ * "sage2+hadamard+qsmooth") turns on q_smoothing (CPU backend for now).
+ * Returns VCATTN_ERR_UNKNOWN_NAME for anything else.
  */
 vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg);
 /* The NULL-terminated list of base method names, in order of the paper. */

@@ -176,6 +176,11 @@ static void test_objects(void) {
         CHECK(vcattn_config_from_method(name, &c) == VCATTN_OK && c.hadamard, "method %s", name);
     }
     CHECK(vcattn_config_from_method("vc+hadamard+hadamard", &c) == VCATTN_ERR_UNKNOWN_NAME, "double suffix");
+    CHECK(vcattn_config_from_method("vc+qsmooth", &c) == VCATTN_OK && c.q_smoothing && !c.hadamard, "vc+qsmooth");
+    CHECK(vcattn_config_from_method("sage2+hadamard+qsmooth", &c) == VCATTN_OK && c.q_smoothing && c.hadamard,
+          "sage2+hadamard+qsmooth");
+    CHECK(vcattn_config_from_method("vc", &c) == VCATTN_OK && !c.q_smoothing, "vc: no Q smoothing by default");
+    CHECK(vcattn_config_from_method("vc+qsmooth+hadamard", &c) == VCATTN_ERR_UNKNOWN_NAME, "suffixes in order");
     CHECK(vcattn_config_from_method("nosuch", &c) == VCATTN_ERR_UNKNOWN_NAME, "unknown method");
     CHECK(vcattn_config_from_method("+hadamard", &c) == VCATTN_ERR_UNKNOWN_NAME, "suffix alone");
     CHECK(vcattn_config_from_method(NULL, &c) == VCATTN_ERR_NULL_POINTER, "NULL method");

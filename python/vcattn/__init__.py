@@ -23,12 +23,14 @@ def attention(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, retu
     tensor_layout="NHD") against k, v [B, Hkv, Nk, D]; Hq a multiple of Hkv.
 
     method: "vc" (default), "vsmooth", "sage2" (each "+hadamard"); the CPU
-    backend also runs "bf16", "fp8-naive", "sage3-4bit", "vsmooth-4bit".
+    backend also runs "bf16", "fp8-naive", "sage3-4bit", "vsmooth-4bit", and
+    any method with a "+qsmooth" suffix (experimental Q smoothing).
     sm_scale: softmax scale, default 1/sqrt(D). state: a LayerState (or
     Session.layer(...)) carrying the V-Smooth grouping across denoising steps;
     None groups on every call. return_lse: also return the log-sum-exp per
     row, natural log, float32 [B, Hq, Nq] (as sageattn). check_finite: reject
-    NaN/Inf inputs (costs one device sync per call on the GPU).
+    NaN/Inf inputs, and inputs whose scores float32 cannot resolve (costs
+    one device sync per call on the GPU).
     Head dims on the GPU: 64 and 128; smaller multiples of 8 are zero-padded.
     """
     if is_causal:

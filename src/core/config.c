@@ -52,12 +52,19 @@ static const char *const METHOD_NAMES[NUM_METHODS + 1] = {
 
 const char *const *vcattn_method_names(void) { return METHOD_NAMES; }
 
+/* Strips `suffix` from the end of method[0..*len) once; 1 if it was there. */
+static int strip_suffix(const char *method, size_t *len, const char *suffix) {
+    size_t slen = strlen(suffix);
+    if (*len <= slen || strncmp(method + *len - slen, suffix, slen) != 0) return 0;
+    *len -= slen;
+    return 1;
+}
+
 vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg) {
     if (!method || !cfg) return VCATTN_ERR_NULL_POINTER;
-    static const char suffix[] = "+hadamard";
-    size_t len = strlen(method), slen = sizeof suffix - 1;
-    int hadamard = len > slen && strcmp(method + len - slen, suffix) == 0;
-    size_t base_len = hadamard ? len - slen : len;
+    size_t base_len = strlen(method);
+    int q_smoothing = strip_suffix(method, &base_len, "+qsmooth");
+    int hadamard = strip_suffix(method, &base_len, "+hadamard");
     for (size_t i = 0; i < NUM_METHODS; i++) {
         const method_preset *m = &METHODS[i];
         if (strlen(m->name) != base_len || strncmp(m->name, method, base_len) != 0) continue;
@@ -68,6 +75,7 @@ vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg) 
         c.v_format = m->v;
         c.vsmooth = m->vsmooth;
         c.hadamard = hadamard;
+        c.q_smoothing = q_smoothing;
         *cfg = c;
         return VCATTN_OK;
     }
