@@ -942,7 +942,7 @@ static int cmd_eval(const options *o) {
         vcattn_config cfg;
         vcattn_config_from_method(EVAL_METHODS[i], &cfg);
         cfg.num_threads = o->threads;
-        cfg.q_smoothing = o->q_smoothing > 0;
+        if (o->q_smoothing > 0) cfg.q_smoothing = 1;
         vcattn_context *used, *pv_used;
         double t0 = now_ms();
         st = attention_or_cpu(ctx, cpu_ctx, &cfg, &in, &tq, &used);
