@@ -1,9 +1,71 @@
-/* Fidelity regression on the small preset (seed 0): the token-order study's
- * ordering and thresholds set from the measured values with a margin
- * (docs/fidelity.md, 2026-12-02), and the ExpCast bound on every row. */
+/* Fidelity regression (seed 0, docs/fidelity.md, 2026-12-02): on `small`,
+ * the token-order study's ordering and thresholds and the ExpCast bound on
+ * every row; on the per-model presets (and on `small` with Q smoothing), the
+ * method ordering (vsmooth and vc below sage2) and each method's relative
+ * L2 error within 3% of its measured value. */
 #include "testlib.h"
 #include "vcattn.h"
 #include "studies.h"
+#include "metrics.h"
+#include "cpu/reference.h"
+#include "formats/formats.h"
+
+#include <string.h>
+
+typedef struct {
+    const char *preset;
+    const char *methods[3];    /* a sage2 variant first */
+    double measured[3];        /* relative L2, bf16 inputs */
+} ordering_case;
+
+static const ordering_case ORDERINGS[] = {
+    {"wan2.2-small", {"sage2", "vsmooth", "vc"}, {0.01457, 0.01240, 0.01284}},
+    {"longcat-small", {"sage2", "vsmooth", "vc"}, {0.01338, 0.01153, 0.01208}},
+    {"hunyuan-small", {"sage2", "vsmooth", "vc"}, {0.01484, 0.01314, 0.01352}},
+    {"minimax-small", {"sage2", "vsmooth", "vc"}, {0.01151, 0.01054, 0.01125}},
+    {"small", {"sage2+qsmooth", "vsmooth+qsmooth", "vc+qsmooth"}, {0.01438, 0.01346, 0.01429}},
+};
+
+/* The preset's inputs in bf16, as `vcattn eval` runs them. */
+static void method_ordering(vcattn_context *ctx, const ordering_case *oc) {
+    vcattn_workload w;
+    if (vcattn_workload_generate(oc->preset, 0, &w) != VCATTN_OK) {
+        CHECK(0, "workload %s", oc->preset);
+        return;
+    }
+    const int64_t nq = (int64_t)w.batch * w.heads_q * w.tokens * w.head_dim;
+    const int64_t nk = (int64_t)w.batch * w.heads_kv * w.tokens * w.head_dim;
+    uint16_t *qb = malloc((size_t)nq * 2), *kb = malloc((size_t)nk * 2), *vb = malloc((size_t)nk * 2);
+    for (int64_t i = 0; i < nq; i++) qb[i] = vcattn_f32_to_bf16(w.q[i]);
+    for (int64_t i = 0; i < nk; i++) {
+        kb[i] = vcattn_f32_to_bf16(w.k[i]);
+        vb[i] = vcattn_f32_to_bf16(w.v[i]);
+    }
+    vcattn_tensor tq = vcattn_tensor_bhnd(qb, VCATTN_DTYPE_BF16, w.batch, w.heads_q, w.tokens, w.head_dim);
+    vcattn_tensor tk = vcattn_tensor_bhnd(kb, VCATTN_DTYPE_BF16, w.batch, w.heads_kv, w.tokens, w.head_dim);
+    vcattn_tensor tv = vcattn_tensor_bhnd(vb, VCATTN_DTYPE_BF16, w.batch, w.heads_kv, w.tokens, w.head_dim);
+    vcattn_rope rope = {w.rope_style, w.rope_cos, w.rope_sin, w.rope_cos, w.rope_sin};
+    double *ref = malloc((size_t)nq * sizeof(double));
+    float *out = malloc((size_t)nq * sizeof(float));
+    vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, w.batch, w.heads_q, w.tokens, w.head_dim);
+    vcattn_reference_attention(&tq, &tk, &tv, &rope, 0.0f, ref, NULL);
+    double err[3];
+    for (int i = 0; i < 3; i++) {
+        vcattn_config c;
+        vcattn_config_from_method(oc->methods[i], &c);
+        CHECK(vcattn_attention(ctx, &c, &tq, &tk, &tv, &to, NULL, &rope, NULL) == VCATTN_OK, "%s on %s: %s",
+              oc->methods[i], oc->preset, vcattn_last_error(ctx));
+        vcattn_metrics m;
+        metrics_compute(out, ref, w.batch * w.heads_q * w.tokens, w.head_dim, &m);
+        err[i] = m.rel_l2;
+        CHECK(err[i] <= oc->measured[i] * 1.03, "%s on %s: relative L2 %.5f, measured %.5f (+3%% allowed)",
+              oc->methods[i], oc->preset, err[i], oc->measured[i]);
+    }
+    CHECK(err[1] < err[0] && err[2] < err[0], "%s: %s %.5f and %s %.5f should beat %s %.5f", oc->preset,
+          oc->methods[1], err[1], oc->methods[2], err[2], oc->methods[0], err[0]);
+    free(qb); free(kb); free(vb); free(ref); free(out);
+    vcattn_workload_free(&w);
+}
 
 int main(void) {
     vcattn_workload w;
@@ -33,5 +95,10 @@ int main(void) {
     CHECK(ex.tv_mean[0] < 0.015 && ex.tv_mean[1] < ex.tv_mean[0], "mean TV: ExpCast %.4f, cast %.4f",
           ex.tv_mean[0], ex.tv_mean[1]);
     vcattn_workload_free(&w);
+
+    vcattn_context *ctx;
+    if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return 1;
+    for (size_t i = 0; i < sizeof ORDERINGS / sizeof ORDERINGS[0]; i++) method_ordering(ctx, &ORDERINGS[i]);
+    vcattn_destroy(ctx);
     return tl_finish("test_studies");
 }
