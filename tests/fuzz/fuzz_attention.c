@@ -1,6 +1,7 @@
 /* libFuzzer harness over vcattn_attention on the CPU backend: the input bytes
- * choose the method, switches, shapes, strides, dtype, layout, the optional
- * outputs and the values (normal, huge, tiny, NaN, Inf), then the call's
+ * choose the method, switches (Q smoothing included), shapes, strides,
+ * dtype, layout, the optional outputs and the values (normal, huge, tiny,
+ * NaN, Inf), then the call's
  * promises are checked:
  *   - the status is a known one with a message;
  *   - on error nothing is written to out or lse;
@@ -132,6 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cfg.num_threads = 1;
     cfg.check_finite = take(&in, 4) != 0;           /* mostly on */
     if (take(&in, 4) == 0) cfg.hadamard = !cfg.hadamard;
+    if (take(&in, 8) == 0) cfg.q_smoothing = 1;
     if (take(&in, 8) == 0) cfg.kmeans_clusters = (int)take(&in, 40);
     if (take(&in, 8) == 0) cfg.sm_scale = (float)take(&in, 4) - 1.0f;   /* -1 is invalid */
 
