@@ -11,6 +11,7 @@
  * A broken promise aborts (libFuzzer reports it with the input). Run through
  * tests/fuzz/run_fuzz.sh (ASan + UBSan). */
 #include "vcattn.h"
+#include "formats/halfs.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -52,19 +53,6 @@ static float value_of(bytes *b, int *nonfinite, int *huge) {
     case 8: return -0.0f;
     default: return ((int)take(b, 255) - 127) / 32.0f;
     }
-}
-
-static uint16_t to_half_bits(float x, vcattn_dtype dt) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if (dt == VCATTN_DTYPE_BF16) return (uint16_t)(u >> 16);  /* truncation is fine for fuzz data */
-    /* float16 by hand: enough for the values above (overflow -> inf, tiny -> 0) */
-    uint32_t sign = (u >> 16) & 0x8000u, exp = (u >> 23) & 0xffu, man = u & 0x7fffffu;
-    if (exp == 0xffu) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
-    int e = (int)exp - 127 + 15;
-    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
-    if (e <= 0) return (uint16_t)sign;
-    return (uint16_t)(sign | ((uint32_t)e << 10) | (man >> 13));
 }
 
 static int finite_elem(const uint8_t *e, vcattn_dtype dt) {
@@ -113,11 +101,12 @@ static void fill(view *v, bytes *b, int *nonfinite, int *huge) {
                     int64_t at = ib * t->stride_batch + ih * t->stride_head + in * t->stride_token + c;
                     if ((size_t)(at + 1) * elem_size(t->dtype) > v->bytes - 64) continue;
                     float x = value_of(b, nonfinite, huge);
-                    if (t->dtype == VCATTN_DTYPE_F16 && fabsf(x) > 65504.0f) *nonfinite = 1;  /* overflows to inf */
-                    if (t->dtype == VCATTN_DTYPE_F32) memcpy(v->buf + at * 4, &x, 4);
-                    else {
-                        uint16_t h = to_half_bits(x, t->dtype);
+                    if (t->dtype == VCATTN_DTYPE_F32) {
+                        memcpy(v->buf + at * 4, &x, 4);
+                    } else {
+                        const uint16_t h = t->dtype == VCATTN_DTYPE_BF16 ? vcattn_f32_to_bf16(x) : vcattn_f32_to_f16(x);
                         memcpy(v->buf + at * 2, &h, 2);
+                        if (!finite_elem(v->buf + at * 2, t->dtype)) *nonfinite = 1;  /* overflowed in 16 bits */
                     }
                 }
 }
