@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Everything the GPU side promises, on a machine with an sm_90 GPU, in one
-# run: the test suite (GPU tests included), both kernel versions, the
-# sanitizers on the small cases, the SASS facts of the vc kernel, and the
-# benchmark. Logs and JSON go to $1 (default gpu-check/).
-#   bash tools/gpu_check.sh [OUT_DIR] [--quick]   (--quick: no sanitizers, no benchmark)
+# run: the test suite (GPU tests included), both kernel versions, the SASS
+# facts of the vc kernel, the four compute-sanitizer tools over test_cuda's
+# small cases (every kernel and variant), and the benchmark. Logs and JSON go
+# to $1 (default gpu-check/).
+#   bash tools/gpu_check.sh [OUT_DIR] [--quick|--sanitizers]
+#   --quick: no sanitizers, no benchmark; --sanitizers: build, sanitizers only
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu-check}
@@ -16,6 +18,7 @@ step() { echo "== $1"; }
 step "build"
 make build BUILD="$BUILD" >"$out/build.log" 2>&1 || { echo "build failed (see $out/build.log)"; exit 1; }
 
+if [ "$quick" != "--sanitizers" ]; then
 step "make test"
 (cd "$BUILD" && ctest --output-on-failure -j 4) >"$out/ctest.log" 2>&1 || status=1
 grep -E "tests passed|Failed|Skipped" "$out/ctest.log"
@@ -31,14 +34,18 @@ cuobjdump --dump-sass "$BUILD/libvcattn.so" |
     awk '/Function : .*vc_attention_ws_kernelILi128ELb1ELb1E13__nv_bfloat16/{f=1; next} f && /Function : /{f=0} f' |
     grep -oE "IGMMA|QGMMA|MUFU\.[A-Z0-9]+|F2I[A-Z0-9.]*|I2F[A-Z0-9.]*|FFMA\.SAT|PRMT|LDL|STL" | sort | uniq -c |
     tee "$out/sass.txt"
+fi
 
 if [ "$quick" != "--quick" ]; then
-    for tool in memcheck racecheck synccheck; do
-        step "compute-sanitizer $tool"
-        compute-sanitizer --tool "$tool" "./$BUILD/vcattn" run --workload tiny --backend cuda \
+    for tool in memcheck racecheck initcheck synccheck; do
+        step "compute-sanitizer $tool over test_cuda's small cases"
+        VCATTN_TEST_QUICK=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "./$BUILD/test_cuda" \
             >"$out/sanitizer_$tool.log" 2>&1 || status=1
-        tail -1 "$out/sanitizer_$tool.log"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_cuda:" "$out/sanitizer_$tool.log" | tail -2
     done
+fi
+
+if [ -z "$quick" ]; then
     step "benchmark"
     VCATTN_LIB="$BUILD/libvcattn.so" python3 bench/bench_attention.py --reps 3 --json "$out/bench.json" \
         >"$out/bench.log" 2>&1 || status=1

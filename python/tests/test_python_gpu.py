@@ -1,9 +1,11 @@
 """The Python front on the GPU (run on the device; exits 77 without CUDA):
 CUDA tensors give the C API's bits, run on the current stream and device,
-survive torch.compile(fullgraph=True), pad small head dims, reject CPU/CUDA
-mixes, and keep the session's grouping on the GPU."""
+give the sequential bits from two threads on two streams, survive
+torch.compile(fullgraph=True), pad small head dims, reject CPU/CUDA mixes,
+and keep the session's grouping on the GPU."""
 import os
 import sys
+import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -44,6 +46,34 @@ with torch.cuda.stream(stream):
     out_s = vcattn.attention(q, k, v, check_finite=False)
 stream.synchronize()
 check(torch.equal(out_s, out), "side stream result differs")
+
+# Two host threads, each with its own stream (and so its own context), run
+# layer schedules at the same time: the same bits as one after the other.
+def schedule(method, offset, results, key):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.default_stream())
+    with torch.cuda.stream(stream):
+        session = vcattn.Session(num_inference_steps=40)
+        layer = session.layer("attn")
+        outs = []
+        for step in range(3):
+            session.step = step
+            outs.append(vcattn.attention(q, k + offset, v - offset, method=method, state=layer))
+    stream.synchronize()
+    results[key] = outs
+
+
+sequential, concurrent = {}, {}
+for i, method in enumerate(("vc", "sage2")):
+    schedule(method, 0.25 * i, sequential, i)
+threads = [threading.Thread(target=schedule, args=(m, 0.25 * i, concurrent, i))
+           for i, m in enumerate(("vc", "sage2"))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+check(all(torch.equal(a, b) for i in range(2) for a, b in zip(sequential[i], concurrent.get(i, []))) and
+      len(concurrent) == 2, "two threads on two streams differ from sequential calls")
 
 compiled = torch.compile(lambda a, b, c: vcattn.attention(a, b, c) + 1, fullgraph=True)
 check(torch.equal(compiled(q, k, v), out + 1), "torch.compile(fullgraph=True) differs")

@@ -8,9 +8,9 @@ for video diffusion transformers.
 
 Torch tensors (CPU or CUDA) and numpy arrays (CPU backend) are accepted.
 """
-from ._core import LayerState, VcattnError, _check_layout, check_step, config, lib  # noqa: F401 (config: public)
+from ._core import LayerState, OutOfMemoryError, VcattnError, _check_layout, check_step, config, lib  # noqa: F401 (config: public)
 
-__all__ = ["attention", "Session", "LayerState", "VcattnError", "config", "version"]
+__all__ = ["attention", "Session", "LayerState", "VcattnError", "OutOfMemoryError", "config", "version"]
 
 
 def version():

@@ -15,6 +15,11 @@ class VcattnError(RuntimeError):
     """A vcattn call failed; the message is the library's."""
 
 
+class OutOfMemoryError(VcattnError, MemoryError):
+    """The library could not get device (or host) memory; nothing was written
+    and the call can be retried once memory is freed."""
+
+
 def lib():
     global _lib
     if _lib is None:
@@ -133,6 +138,8 @@ def _raise(ctx, st):
     msg = lib().vcattn_last_error(ctx).decode() or lib().vcattn_status_string(st).decode()
     if st in (1, 2, 3, 4, 5, 6, 7):  # null, invalid, shape, dtype, head dim, config, non-finite
         raise ValueError("vcattn: " + msg)
+    if st == 9:  # out of memory
+        raise OutOfMemoryError("vcattn: " + msg)
     raise VcattnError("vcattn: " + msg)
 
 

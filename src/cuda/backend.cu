@@ -190,9 +190,9 @@ call_shape shape_of(const vcattn_config *cfg, const vcattn_tensor *q, const vcat
 vcattn_status check_call(vcattn_context *ctx, const vcattn_config *cfg, const call_shape &c) {
     vcattn_status st = check_supported(ctx, cfg, c.D, c.clusters, c.plan);
     if (st) return st;
-    if (c.Nq > INT32_MAX / 2 || c.Nk > INT32_MAX / 2 || c.Hq > 65535 || c.B > 65535)
+    if (c.Nq > INT32_MAX / 2 || c.Nk > INT32_MAX / 2 || c.Hq > 65535 || c.B > 65535 || c.B * c.Hq > INT32_MAX)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
-                           "cuda backend: at most 2^30 tokens, 65535 heads and 65535 batch entries");
+                           "cuda backend: at most 2^30 tokens, 65535 heads, 65535 batch entries and 2^31 (batch, head) pairs");
     return VCATTN_OK;
 }
 

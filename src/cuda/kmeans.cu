@@ -15,20 +15,23 @@ namespace {
 constexpr int kMaxClusters = 32;
 constexpr int kChunk = 2048;        // tokens per partial centroid sum / sort chunk
 constexpr int kAssignThreads = 128;
+constexpr int kMaxGridY = 65535;   // (batch, head) pairs per launch on grid.y; more run as slices from g0
 
 __global__ void gather_rows_kernel(dev_tensor v, quant_common c, int k, const int32_t *rows,
-                                   float *centroids) {
-    const int cl = blockIdx.x, g = blockIdx.y, d = c.head_dim;
-    const int b = g / c.heads, h = g % c.heads;
+                                   float *centroids, int64_t g0) {
+    const int cl = blockIdx.x, d = c.head_dim;
+    const int64_t g = g0 + blockIdx.y;
+    const int b = (int)(g / c.heads), h = (int)(g % c.heads);
     const int src = rows[(int64_t)g * k + cl];
     for (int i = threadIdx.x; i < d; i += blockDim.x)
         centroids[((int64_t)g * k + cl) * d + i] = load_elem(v, b, h, src, i);
 }
 
 __global__ void norms_kernel(const float *centroids, int k, int d, float *norms) {
-    const int g = blockIdx.x, cl = threadIdx.x;
+    const int64_t g = blockIdx.x;
+    const int cl = threadIdx.x;
     if (cl >= k) return;
-    const float *cc = centroids + ((int64_t)g * k + cl) * d;
+    const float *cc = centroids + (g * k + cl) * d;
     float s = 0.0f;
     for (int i = 0; i < d; i++) s += cc[i] * cc[i];
     norms[g * k + cl] = s;
@@ -37,10 +40,12 @@ __global__ void norms_kernel(const float *centroids, int k, int d, float *norms)
 // One thread per token: nearest centroid by |c|^2 - 2 x.c.
 __global__ void __launch_bounds__(kAssignThreads) assign_kernel(dev_tensor v, quant_common c, int k,
                                                                 const float *centroids,
-                                                                const float *norms, int32_t *labels) {
+                                                                const float *norms, int32_t *labels,
+                                                                int64_t g0) {
     extern __shared__ float cent[];  // [k][D]
-    const int g = blockIdx.y, d = c.head_dim, b = g / c.heads, h = g % c.heads;
-    for (int i = threadIdx.x; i < k * d; i += blockDim.x) cent[i] = centroids[(int64_t)g * k * d + i];
+    const int64_t g = g0 + blockIdx.y;
+    const int d = c.head_dim, b = (int)(g / c.heads), h = (int)(g % c.heads);
+    for (int i = threadIdx.x; i < k * d; i += blockDim.x) cent[i] = centroids[g * k * d + i];
     __syncthreads();
     const int n = blockIdx.x * kAssignThreads + threadIdx.x;
     if (n >= c.tokens) return;
@@ -64,41 +69,43 @@ __global__ void __launch_bounds__(kAssignThreads) assign_kernel(dev_tensor v, qu
             best_cl = cl;
         }
     }
-    labels[(int64_t)g * c.tokens + n] = best_cl;
+    labels[g * c.tokens + n] = best_cl;
 }
 
 // Per chunk of tokens, one thread per channel: cluster sums in token order.
 __global__ void partial_sums_kernel(dev_tensor v, quant_common c, int k, const int32_t *labels,
-                                    double *sums, int32_t *counts) {
+                                    double *sums, int32_t *counts, int64_t g0) {
     extern __shared__ double acc[];  // [k][D]
     __shared__ int cnt[kMaxClusters];
-    const int chunk = blockIdx.x, g = blockIdx.y, d = c.head_dim, i = threadIdx.x;
-    const int b = g / c.heads, h = g % c.heads, chunks = gridDim.x;
+    const int chunk = blockIdx.x, d = c.head_dim, i = threadIdx.x, chunks = gridDim.x;
+    const int64_t g = g0 + blockIdx.y;
+    const int b = (int)(g / c.heads), h = (int)(g % c.heads);
     for (int cl = 0; cl < k; cl++) acc[cl * d + i] = 0.0;
     if (i < k) cnt[i] = 0;
     __syncthreads();
     const int n1 = min(c.tokens, (chunk + 1) * kChunk);
     for (int n = chunk * kChunk; n < n1; n++) {
-        const int cl = labels[(int64_t)g * c.tokens + n];
+        const int cl = labels[g * c.tokens + n];
         acc[cl * d + i] += load_elem(v, b, h, n, i);
         if (i == 0) cnt[cl]++;
     }
     __syncthreads();
-    for (int cl = 0; cl < k; cl++) sums[(((int64_t)g * chunks + chunk) * k + cl) * d + i] = acc[cl * d + i];
-    if (i < k) counts[((int64_t)g * chunks + chunk) * k + i] = cnt[i];
+    for (int cl = 0; cl < k; cl++) sums[((g * chunks + chunk) * k + cl) * d + i] = acc[cl * d + i];
+    if (i < k) counts[(g * chunks + chunk) * k + i] = cnt[i];
 }
 
 __global__ void centroids_kernel(const double *sums, const int32_t *counts, int chunks, int k, int d,
                                  float *centroids) {
-    const int g = blockIdx.x, i = threadIdx.x;
+    const int64_t g = blockIdx.x;
+    const int i = threadIdx.x;
     for (int cl = 0; cl < k; cl++) {
         double s = 0.0;
         int64_t count = 0;
         for (int ch = 0; ch < chunks; ch++) {
-            s += sums[(((int64_t)g * chunks + ch) * k + cl) * d + i];
-            count += counts[((int64_t)g * chunks + ch) * k + cl];
+            s += sums[((g * chunks + ch) * k + cl) * d + i];
+            count += counts[(g * chunks + ch) * k + cl];
         }
-        if (count) centroids[((int64_t)g * k + cl) * d + i] = (float)(s / (double)count);
+        if (count) centroids[(g * k + cl) * d + i] = (float)(s / (double)count);
     }
 }
 
@@ -117,19 +124,20 @@ __global__ void sort_offsets_kernel(int32_t *counts, int chunks, int k) {
 
 // One warp per chunk, 32 tokens at a time in order: rank among equal labels.
 __global__ void scatter_kernel(const int32_t *labels, const int32_t *offsets, int tokens, int k,
-                               int32_t *perm) {
+                               int32_t *perm, int64_t g0) {
     __shared__ int32_t base[kMaxClusters];
-    const int chunk = blockIdx.x, g = blockIdx.y, lane = threadIdx.x, chunks = gridDim.x;
-    if (lane < k) base[lane] = offsets[((int64_t)g * chunks + chunk) * k + lane];
+    const int chunk = blockIdx.x, lane = threadIdx.x, chunks = gridDim.x;
+    const int64_t g = g0 + blockIdx.y;
+    if (lane < k) base[lane] = offsets[(g * chunks + chunk) * k + lane];
     __syncwarp();
     const int n1 = min(tokens, (chunk + 1) * kChunk);
     for (int n0 = chunk * kChunk; n0 < n1; n0 += 32) {
         const int n = n0 + lane;
         const bool valid = n < n1;
-        const int cl = valid ? labels[(int64_t)g * tokens + n] : -1;
+        const int cl = valid ? labels[g * tokens + n] : -1;
         const unsigned peers = __match_any_sync(0xffffffffu, cl);
         const int rank = __popc(peers & ((1u << lane) - 1u));
-        if (valid) perm[(int64_t)g * tokens + base[cl] + rank] = n;
+        if (valid) perm[g * tokens + base[cl] + rank] = n;
         __syncwarp();
         if (valid && rank == 0) base[cl] += __popc(peers);
         __syncwarp();
@@ -142,7 +150,10 @@ size_t kmeans_chunks(int tokens) { return (size_t)(tokens + kChunk - 1) / kChunk
 
 cudaError_t kmeans_gather_rows(const dev_tensor &v, const quant_common &c, int clusters,
                                const int32_t *rows, float *centroids, cudaStream_t stream) {
-    gather_rows_kernel<<<dim3(clusters, c.batch * c.heads), 128, 0, stream>>>(v, c, clusters, rows, centroids);
+    const int heads = c.batch * c.heads;  // the backend keeps B*H < 2^31
+    for (int g0 = 0; g0 < heads; g0 += kMaxGridY)
+        gather_rows_kernel<<<dim3(clusters, (unsigned)min(kMaxGridY, heads - g0)), 128, 0, stream>>>(
+            v, c, clusters, rows, centroids, g0);
     return cudaGetLastError();
 }
 
@@ -150,19 +161,25 @@ cudaError_t kmeans_group(const dev_tensor &v, const quant_common &c, int cluster
                          float *centroids, const kmeans_workspace &w, int32_t *perm,
                          cudaStream_t stream) {
     if (clusters < 1 || clusters > kMaxClusters) return cudaErrorInvalidValue;
-    const int heads = c.batch * c.heads, d = c.head_dim, k = clusters;
+    const int heads = c.batch * c.heads, d = c.head_dim, k = clusters;  // the backend keeps B*H < 2^31
     const int chunks = (int)kmeans_chunks(c.tokens);
     const int assign_smem = k * d * (int)sizeof(float), sums_smem = k * d * (int)sizeof(double);
     cudaError_t err = cudaFuncSetAttribute(partial_sums_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sums_smem);
     if (err != cudaSuccess) return err;
     for (int it = 0; it < iters; it++) {
         norms_kernel<<<heads, kMaxClusters, 0, stream>>>(centroids, k, d, w.norms);
-        assign_kernel<<<dim3((c.tokens + kAssignThreads - 1) / kAssignThreads, heads), kAssignThreads,
-                        assign_smem, stream>>>(v, c, k, centroids, w.norms, w.labels);
-        partial_sums_kernel<<<dim3(chunks, heads), d, sums_smem, stream>>>(v, c, k, w.labels, w.sums, w.counts);
+        for (int g0 = 0; g0 < heads; g0 += kMaxGridY) {
+            const unsigned slice = (unsigned)min(kMaxGridY, heads - g0);
+            assign_kernel<<<dim3((c.tokens + kAssignThreads - 1) / kAssignThreads, slice), kAssignThreads,
+                            assign_smem, stream>>>(v, c, k, centroids, w.norms, w.labels, g0);
+            partial_sums_kernel<<<dim3(chunks, slice), d, sums_smem, stream>>>(v, c, k, w.labels, w.sums,
+                                                                            w.counts, g0);
+        }
         centroids_kernel<<<heads, d, 0, stream>>>(w.sums, w.counts, chunks, k, d, centroids);
     }
     sort_offsets_kernel<<<heads, 1, 0, stream>>>(w.counts, chunks, k);
-    scatter_kernel<<<dim3(chunks, heads), 32, 0, stream>>>(w.labels, w.counts, c.tokens, k, perm);
+    for (int g0 = 0; g0 < heads; g0 += kMaxGridY)
+        scatter_kernel<<<dim3(chunks, (unsigned)min(kMaxGridY, heads - g0)), 32, 0, stream>>>(
+            w.labels, w.counts, c.tokens, k, perm, g0);
     return cudaGetLastError();
 }
