@@ -97,7 +97,7 @@ def kernel_ms(fn, reps, name="vc_attention"):
     return (statistics.median(times) if times else float("nan")), {k: sum(v) / reps for k, v in pre.items()}
 
 
-def bench_shape(vc, name, shape, reps, versions=(), check_finite=0):
+def bench_shape(vc, name, shape, reps, versions=(), check_finite=0, method="vc"):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
     b, h, n, d = shape
@@ -121,7 +121,7 @@ def bench_shape(vc, name, shape, reps, versions=(), check_finite=0):
     except ImportError:
         row["sage2_ms"] = None
 
-    cfg = vc.config("vc", check_finite)
+    cfg = vc.config(method, check_finite)
     layer = vc.layer(40)
     vc(q, k, v, out, cfg, layer)                 # step 0: cold grouping
     vc.lib.vcattn_layer_set_step(layer, 1)       # plain step: permutation reused
@@ -153,13 +153,14 @@ def main():
     ap.add_argument("--kernels", default="", help="also time these kernel versions, e.g. v1,v3")
     ap.add_argument("--check-finite", action="store_true",
                     help="time calls with the input checks on (the library's default; off here by default)")
+    ap.add_argument("--method", default="vc", help="the method timed as 'vc' (e.g. vc+qsmooth)")
     args = ap.parse_args()
     vc = Vcattn(args.lib)
     rows = []
     for name in args.shapes.split(","):
         print("bench %s ..." % name, file=sys.stderr)
         versions = [v for v in args.kernels.split(",") if v]
-        rows.append(bench_shape(vc, name, SHAPES[name], args.reps, versions, int(args.check_finite)))
+        rows.append(bench_shape(vc, name, SHAPES[name], args.reps, versions, int(args.check_finite), args.method))
         torch.cuda.empty_cache()
     print("TFLOP/s (ratio to cuDNN BF16), medians of %d runs" % args.reps)
     print("%-14s %12s %12s %12s %12s %12s %12s" % ("shape", "cuDNN", "flash", "vc kernel", "vc call",
