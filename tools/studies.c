@@ -202,7 +202,8 @@ typedef struct {
     double *acc;  /* per thread: rows, tv sum x2, tv max x2, tau sum, no-underflow, violations, min slack */
 } expcast_sink;
 
-enum { ACC_ROWS, ACC_TV0, ACC_TV1, ACC_MAX0, ACC_MAX1, ACC_TAU, ACC_CLEAN, ACC_CLEAN_MAX, ACC_VIOL, ACC_SLACK, ACC_N };
+enum { ACC_ROWS, ACC_TV0, ACC_TV1, ACC_MAX0, ACC_MAX1, ACC_TAU, ACC_CLEAN, ACC_CLEAN_MAX, ACC_VIOL, ACC_SLACK,
+       ACC_ENTROPY, ACC_N };
 
 static void expcast_row(void *ctx, int thread, int64_t b, int64_t hq, int64_t i, double *s,
                         const double *v_rows, int64_t nk, int64_t d) {
@@ -219,10 +220,11 @@ static void expcast_row(void *ctx, int thread, int64_t b, int64_t hq, int64_t i,
         sum_c += vcattn_e4m3_decode(vcattn_expthencast_code(u));
         if (c == 0) tau += exp(s[j] - mx) / sum;
     }
-    double tv0 = 0.0, tv1 = 0.0;
+    double tv0 = 0.0, tv1 = 0.0, entropy = 0.0;
     for (int64_t j = 0; j < nk; j++) {
         float u = (float)((s[j] - mx) * 1.4426950408889634);
         double p = exp(s[j] - mx) / sum;
+        if (p > 0.0) entropy -= p * log(p);
         tv0 += fabs(vcattn_e4m3_decode(vcattn_expcast_code(vcattn_expcast_arg(u, e->beta))) / sum_x - p);
         tv1 += fabs(vcattn_e4m3_decode(vcattn_expthencast_code(u)) / sum_c - p);
     }
@@ -239,6 +241,7 @@ static void expcast_row(void *ctx, int thread, int64_t b, int64_t hq, int64_t i,
     if (tau == 0.0) acc[ACC_CLEAN_MAX] = fmax(acc[ACC_CLEAN_MAX], tv0);
     acc[ACC_VIOL] += slack < 0.0;
     acc[ACC_SLACK] = fmin(acc[ACC_SLACK], slack);
+    acc[ACC_ENTROPY] += nk > 1 ? entropy / log((double)nk) : 0.0;
 }
 
 vcattn_status study_expcast_rows(const vcattn_tensor *q, const vcattn_tensor *k,
@@ -266,8 +269,10 @@ vcattn_status study_expcast_rows(const vcattn_tensor *q, const vcattn_tensor *k,
         out->tv_max_no_underflow = fmax(out->tv_max_no_underflow, a[ACC_CLEAN_MAX]);
         out->violations += (int64_t)a[ACC_VIOL];
         out->worst_slack = fmin(out->worst_slack, a[ACC_SLACK]);
+        out->entropy_mean += a[ACC_ENTROPY];
     }
     if (out->rows) {
+        out->entropy_mean /= (double)out->rows;
         out->tv_mean[0] /= (double)out->rows;
         out->tv_mean[1] /= (double)out->rows;
         out->tau_mean /= (double)out->rows;
@@ -276,10 +281,74 @@ vcattn_status study_expcast_rows(const vcattn_tensor *q, const vcattn_tensor *k,
     return st;
 }
 
+/* ------------------------------------------------------ input statistics */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *x, int64_t n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+vcattn_status study_tensor_stats(const vcattn_tensor *k, const vcattn_tensor *v, study_stats *out) {
+    const int64_t heads = k->batch * k->heads, n = k->tokens, d = k->head_dim;
+    double *mean = malloc((size_t)d * sizeof *mean), *sq = malloc((size_t)d * sizeof *sq);
+    double *norms = malloc((size_t)(n > d ? n : d) * sizeof *norms);
+    memset(out, 0, sizeof *out);
+    if (!mean || !sq || !norms) {
+        free(mean); free(sq); free(norms);
+        return VCATTN_ERR_OUT_OF_MEMORY;
+    }
+    int64_t outliers = 0;
+    for (int64_t g = 0; g < heads; g++) {
+        const int64_t b = g / k->heads, h = g % k->heads;
+        double total = 0.0, mean_energy = 0.0;
+        for (int64_t c = 0; c < d; c++) mean[c] = sq[c] = 0.0;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t c = 0; c < d; c++) {
+                double x = vcattn_tensor_get(k, b, h, t, c);
+                mean[c] += x;
+                sq[c] += x * x;
+            }
+        for (int64_t c = 0; c < d; c++) {
+            mean[c] /= (double)n;
+            mean_energy += mean[c] * mean[c];
+            total += sq[c] / (double)n;
+            norms[c] = sqrt(sq[c] / (double)n);
+        }
+        out->k_mean_share += total > 0.0 ? mean_energy / total : 0.0;
+        double peak = 0.0;
+        for (int64_t c = 0; c < d; c++) peak = fmax(peak, norms[c]);
+        double mid = median(norms, d);
+        out->k_channel_peak += mid > 0.0 ? peak / mid : 0.0;
+
+        for (int64_t t = 0; t < n; t++) {
+            double e = 0.0;
+            for (int64_t c = 0; c < d; c++) {
+                double x = vcattn_tensor_get(v, b, h, t, c);
+                e += x * x;
+            }
+            norms[t] = sqrt(e);
+        }
+        mid = median(norms, n);
+        out->v_token_peak += mid > 0.0 ? norms[n - 1] / mid : 0.0;
+        for (int64_t t = 0; t < n; t++) outliers += norms[t] > 3.0 * mid;
+    }
+    out->k_mean_share /= (double)heads;
+    out->k_channel_peak /= (double)heads;
+    out->v_token_peak /= (double)heads;
+    out->v_outlier_frac = (double)outliers / (double)(heads * n);
+    free(mean); free(sq); free(norms);
+    return VCATTN_OK;
+}
+
 /* ---------------------------------------------------------------- output */
 
-void study_print(const study_order orders[STUDY_ORDER_COUNT], const study_expcast *ex, int json,
-                 FILE *f) {
+void study_print(const study_order orders[STUDY_ORDER_COUNT], const study_expcast *ex,
+                 const study_stats *stats, int json, FILE *f) {
     if (json) {
         fprintf(f, "{\"orders\": [");
         for (int o = 0, first = 1; orders && o < STUDY_ORDER_COUNT; o++) {
@@ -296,12 +365,14 @@ void study_print(const study_order orders[STUDY_ORDER_COUNT], const study_expcas
             fprintf(f, ", \"expcast_rows\": {\"rows\": %lld, \"tv_mean_expcast\": %.6g, \"tv_mean_cast\": %.6g, "
                        "\"tv_max_expcast\": %.6g, \"tv_max_cast\": %.6g, \"tau_mean\": %.6g, "
                        "\"rows_without_underflow\": %lld, \"tv_max_without_underflow\": %.6g, \"violations\": %lld, "
-                       "\"worst_slack\": %.6g, "
-                       "\"tv_bound\": %.6g}",
+                       "\"worst_slack\": %.6g, \"tv_bound\": %.6g, \"entropy_mean\": %.6g}",
                     (long long)ex->rows, ex->tv_mean[0], ex->tv_mean[1], ex->tv_max[0], ex->tv_max[1],
                     ex->tau_mean, (long long)ex->no_underflow, ex->tv_max_no_underflow, (long long)ex->violations,
-                    ex->worst_slack,
-                    ex->tv_bound);
+                    ex->worst_slack, ex->tv_bound, ex->entropy_mean);
+        if (stats)
+            fprintf(f, ", \"stats\": {\"k_mean_share\": %.6g, \"k_channel_peak\": %.6g, \"v_token_peak\": %.6g, "
+                       "\"v_outlier_frac\": %.6g}",
+                    stats->k_mean_share, stats->k_channel_peak, stats->v_token_peak, stats->v_outlier_frac);
         fprintf(f, "}\n");
         return;
     }
@@ -329,6 +400,14 @@ void study_print(const study_order orders[STUDY_ORDER_COUNT], const study_expcas
                 100.0 * ex->tv_max_no_underflow);
         fprintf(f, "  rows over the bound %.4f%% + tau: %lld (worst slack %.4f%%)\n", 100.0 * ex->tv_bound,
                 (long long)ex->violations, 100.0 * ex->worst_slack);
+        fprintf(f, "  softmax entropy / log(Nk), mean over rows: %.3f\n", ex->entropy_mean);
+    }
+    if (stats) {
+        fprintf(f, "%sThe inputs' statistics (per kv head, mean over heads):\n", orders || ex ? "\n" : "");
+        fprintf(f, "  K channel-mean energy share %.1f%%, largest/median channel RMS %.2f\n",
+                100.0 * stats->k_mean_share, stats->k_channel_peak);
+        fprintf(f, "  V largest/median token norm %.2f, tokens over 3x the median %.3f%%\n", stats->v_token_peak,
+                100.0 * stats->v_outlier_frac);
     }
 }
 

@@ -44,11 +44,23 @@ typedef struct {
     int64_t violations;             /* rows with TV > tv_bound + tau: must be 0 */
     double worst_slack;             /* min over rows of (tv_bound + tau - TV) */
     double tv_bound;                /* the proven bound without underflow (3.6368%) */
+    double entropy_mean;            /* softmax entropy / log(Nk) per row, mean (1: uniform) */
 } study_expcast;
 
 vcattn_status study_expcast_rows(const vcattn_tensor *q, const vcattn_tensor *k,
                                  const vcattn_rope *rope, float sm_scale, float beta,
                                  study_expcast *out);
+
+/* ---- the inputs' own statistics (synthetic presets against captured tensors) ---- */
+
+typedef struct {
+    double k_mean_share;    /* |channel mean of K|^2 / mean |k|^2 per kv head, mean: what K smoothing removes */
+    double k_channel_peak;  /* largest / median channel RMS of K per kv head, mean: massive channels */
+    double v_token_peak;    /* largest / median token norm of V per kv head, mean: outlier tokens */
+    double v_outlier_frac;  /* share of V tokens whose norm is over 3x their head's median */
+} study_stats;
+
+vcattn_status study_tensor_stats(const vcattn_tensor *k, const vcattn_tensor *v, study_stats *out);
 
 /* ---- grouping schedule on a step trajectory (paper table 3) ---- */
 
@@ -74,7 +86,8 @@ vcattn_status study_schedule(const char *workload, uint64_t seed, int steps,
 void study_schedule_print(const study_schedule_row rows[STUDY_SCHEDULE_COUNT], int steps, int json,
                           FILE *f);
 
-void study_print(const study_order orders[STUDY_ORDER_COUNT], const study_expcast *ex, int json,
-                 FILE *f);
+/* Any of the three may be NULL. */
+void study_print(const study_order orders[STUDY_ORDER_COUNT], const study_expcast *ex,
+                 const study_stats *stats, int json, FILE *f);
 
 #endif

@@ -78,10 +78,11 @@ static const char USAGE_RUN[] =
     "  --json                    one JSON object on stdout\n";
 
 static const char USAGE_EVAL[] =
-    "Usage: vcattn eval [--workload NAME] [--seed S] [options]\n"
+    "Usage: vcattn eval [--workload NAME [--seed S] | --q F --k F --v F] [options]\n"
     "\n"
     "Runs bf16, fp8-naive, sage2, sage2+hadamard, vsmooth, vc, sage3-4bit,\n"
-    "sage3-4bit+hadamard and vsmooth-4bit on one workload (default small) and\n"
+    "sage3-4bit+hadamard and vsmooth-4bit on one workload (default small) or on\n"
+    "q/k/v from .npy files (as for run: --bf16, --layout) and\n"
     "prints their fidelity against the FP64 reference, the V-quantization error,\n"
     "the output error split into the probability and the value term of eq. 2,\n"
     "and the block-mean energy share of V before and after k-means grouping.\n"
@@ -96,8 +97,10 @@ static const char USAGE_EVAL[] =
     "                            share by token order), expcast (ExpCast row\n"
     "                            statistics against the bound), schedule (the\n"
     "                            grouping schedule over a 40-step trajectory,\n"
-    "                            minutes), studies (orders and expcast) or all\n"
-    "                            (orders and expcast on every -small preset)\n"
+    "                            minutes), stats (K channel offsets, V outlier\n"
+    "                            tokens, attention entropy), studies (orders,\n"
+    "                            expcast and stats) or all (studies on every\n"
+    "                            -small preset)\n"
     "  --json                    one JSON object on stdout\n";
 
 static const char USAGE_EXPCAST[] =
@@ -258,9 +261,9 @@ static const opt_spec OPTS[] = {
     {"--json", OPT_JSON, 0, 0},       {"--workload", OPT_WORKLOAD, 1, 0},
     {"--seed", OPT_SEED, 1, 0},       {"--backend", OPT_BACKEND, 1, 0},
     {"--dtype", OPT_DTYPE, 1, 0},     {"--threads", OPT_THREADS, 1, 0},
-    {"--q", OPT_Q, 1, 1},             {"--k", OPT_K, 1, 1},
-    {"--v", OPT_V, 1, 1},             {"--v-format", OPT_V_FORMAT, 1, 1},
-    {"--bf16", OPT_BF16, 0, 1},       {"--layout", OPT_LAYOUT, 1, 1},
+    {"--q", OPT_Q, 1, 0},             {"--k", OPT_K, 1, 0},
+    {"--v", OPT_V, 1, 0},             {"--v-format", OPT_V_FORMAT, 1, 1},
+    {"--bf16", OPT_BF16, 0, 0},       {"--layout", OPT_LAYOUT, 1, 0},
     {"--method", OPT_METHOD, 1, 1},   {"--out", OPT_OUT, 1, 1},
     {"--hadamard", OPT_HADAMARD, 0, 1}, {"--no-hadamard", OPT_NO_HADAMARD, 0, 1},
     {"--k-smoothing", OPT_K_SMOOTHING, 0, 1}, {"--no-k-smoothing", OPT_NO_K_SMOOTHING, 0, 1},
@@ -387,9 +390,10 @@ static int parse_options(int argc, char **argv, options *o) {
             break;
         case OPT_STUDY:
             if (run) return usage_error(cmd, "--study belongs to eval");
-            if (strcmp(val, "orders") && strcmp(val, "expcast") && strcmp(val, "schedule") &&
-                strcmp(val, "studies") && strcmp(val, "all"))
-                return usage_error(cmd, "unknown study '%s' (one of: orders, expcast, schedule, studies, all)",
+            if (strcmp(val, "orders") && strcmp(val, "expcast") && strcmp(val, "stats") &&
+                strcmp(val, "schedule") && strcmp(val, "studies") && strcmp(val, "all"))
+                return usage_error(cmd,
+                                   "unknown study '%s' (one of: orders, expcast, stats, schedule, studies, all)",
                                    val);
             o->study = val;
             break;
@@ -766,10 +770,10 @@ static vcattn_status attention_or_cpu(vcattn_context *ctx, vcattn_context *cpu_c
                                       const vcattn_config *cfg, const inputs *in,
                                       const vcattn_tensor *out, vcattn_context **used) {
     *used = ctx;
-    vcattn_status st = vcattn_attention(ctx, cfg, &in->q, &in->k, &in->v, out, NULL, &in->rope, NULL);
+    vcattn_status st = vcattn_attention(ctx, cfg, &in->q, &in->k, &in->v, out, NULL, in->has_rope ? &in->rope : NULL, NULL);
     if (st == VCATTN_ERR_UNSUPPORTED_CONFIG && cpu_ctx) {
         *used = cpu_ctx;
-        st = vcattn_attention(cpu_ctx, cfg, &in->q, &in->k, &in->v, out, NULL, &in->rope, NULL);
+        st = vcattn_attention(cpu_ctx, cfg, &in->q, &in->k, &in->v, out, NULL, in->has_rope ? &in->rope : NULL, NULL);
     }
     return st;
 }
@@ -873,7 +877,11 @@ static int cmd_study(const options *o) {
     vcattn_config_from_method("vc", &cfg);
     study_order orders[STUDY_ORDER_COUNT];
     study_expcast ex;
-    int want_orders = strcmp(o->study, "expcast") != 0, want_ex = strcmp(o->study, "orders") != 0;
+    study_stats stats;
+    const int every = strcmp(o->study, "studies") == 0;
+    const int want_orders = every || strcmp(o->study, "orders") == 0;
+    const int want_ex = every || strcmp(o->study, "expcast") == 0;
+    const int want_stats = every || strcmp(o->study, "stats") == 0;
     if (want_orders) {
         fprintf(stderr, "[study] token orders ...\n");
         st = study_orders(&in.v, in.w.frames, in.w.height, in.w.width, &cfg, orders);
@@ -882,11 +890,12 @@ static int cmd_study(const options *o) {
         fprintf(stderr, "[study] ExpCast rows ...\n");
         st = study_expcast_rows(&in.q, &in.k, in.has_rope ? &in.rope : NULL, cfg.sm_scale, cfg.expcast_beta, &ex);
     }
+    if (!st && want_stats) st = study_tensor_stats(&in.k, &in.v, &stats);
     int rc = 0;
     if (st) rc = lib_error(st, "study");
     else {
         if (!o->json) printf("%s\n\n", in.source);
-        study_print(want_orders ? orders : NULL, want_ex ? &ex : NULL, o->json, stdout);
+        study_print(want_orders ? orders : NULL, want_ex ? &ex : NULL, want_stats ? &stats : NULL, o->json, stdout);
     }
     inputs_free(&in);
     return rc;
@@ -928,7 +937,7 @@ static int cmd_eval(const options *o) {
     vcattn_tensor tpv = vcattn_tensor_bhnd(opv, VCATTN_DTYPE_F32, b, hq, nq, d);
 
     fprintf(stderr, "[0/%zu] fp64 reference ...\n", NUM_EVAL);
-    if ((st = vcattn_reference_attention(&in.q, &in.k, &in.v, &in.rope, 0.0f, ref, NULL))) {
+    if ((st = vcattn_reference_attention(&in.q, &in.k, &in.v, in.has_rope ? &in.rope : NULL, 0.0f, ref, NULL))) {
         rc = lib_error(st, "fp64 reference attention");
         goto done;
     }
