@@ -81,15 +81,24 @@ def long_sequence(n=256 * 1024, h=2, d=128):
 
 
 def out_of_memory():
-    q, k, v = (torch.randn(1, 40, 75600, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    """Fill the GPU with torch until it refuses, give 256 MB back: the output
+    (1.3 MB: 128 queries) fits, the workspace (K and V codes of 40 x 75600
+    keys, ~0.8 GB) does not."""
+    q = torch.randn(1, 40, 128, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 40, 75600, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     expected = vcattn.attention(q, k, v)
     results = {}
 
     def fresh_context():  # a new thread has a new context, with an empty memory pool
+        chunks = []
+        try:
+            while True:
+                chunks.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+        except torch.OutOfMemoryError:
+            pass
+        del chunks[-1]
         torch.cuda.empty_cache()
-        free = torch.cuda.mem_get_info()[0]
-        spare = q.numel() * q.element_size() + (300 << 20)  # the output fits, the workspace (~1.2 GB) does not
-        blob = torch.empty(free - spare, dtype=torch.uint8, device="cuda")
+        results["free_gb"] = torch.cuda.mem_get_info()[0] / 2**30
         try:
             vcattn.attention(q, k, v)
             results["error"] = None
@@ -98,7 +107,7 @@ def out_of_memory():
         except Exception as e:  # another exception is a failure, reported below
             results["error"] = "%s: %s" % (type(e).__name__, e)
             results["wrong_type"] = True
-        del blob
+        del chunks
         torch.cuda.empty_cache()
         results["after"] = vcattn.attention(q, k, v)
         torch.cuda.synchronize()
@@ -106,7 +115,7 @@ def out_of_memory():
     worker = threading.Thread(target=fresh_context)
     worker.start()
     worker.join()
-    print("out of memory: %s" % results.get("error"))
+    print("out of memory (%.2f GB free): %s" % (results.get("free_gb", -1), results.get("error")))
     check(results.get("error") is not None and "out of device memory" in results["error"]
           and not results.get("wrong_type"), "no OutOfMemoryError: %r" % results.get("error"))
     check("after" in results and torch.equal(results["after"], expected),
