@@ -89,11 +89,12 @@ struct RowState {
         float A0 = qmul0 * kmul, A1 = qmul1 * kmul;
         if constexpr (QSMOOTH) {  // s = dot A + term, one FMA (as the CPU); then A = 1 below
 #pragma unroll
-            for (int i = 0; i < 64; i += 2) {
+            for (int i = 0; i < 64; i += 4) {  // registers i, i+1 (row g) and i+2, i+3 (row g+8): same two keys
                 const float2 b = lds_float2(bias + 4 * acc_col(i, t));
-                const float a = (i >> 1) & 1 ? A1 : A0;
-                s[i] = __fmaf_rn(s[i], a, b.x);
-                s[i + 1] = __fmaf_rn(s[i + 1], a, b.y);
+                s[i] = __fmaf_rn(s[i], A0, b.x);
+                s[i + 1] = __fmaf_rn(s[i + 1], A0, b.y);
+                s[i + 2] = __fmaf_rn(s[i + 2], A1, b.x);
+                s[i + 3] = __fmaf_rn(s[i + 3], A1, b.y);
             }
             A0 = A1 = 1.0f;
         }
