@@ -130,9 +130,6 @@ vcattn_status check_supported(vcattn_context *ctx, const vcattn_config *cfg, int
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_HEAD_DIM,
                            "cuda backend: head dim %lld unsupported (the sm_90a kernel takes 64 and 128)",
                            (long long)d);
-    if (cfg->q_smoothing)
-        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
-                           "cuda backend: q_smoothing is not in the sm_90a kernel yet; use the cpu backend");
     if (cfg->qk_format != VCATTN_QK_INT8 || cfg->v_format != VCATTN_V_FP8_CHANNEL ||
         (cfg->p_format != VCATTN_P_FP8_CAST && cfg->p_format != VCATTN_P_FP8_EXPCAST))
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
@@ -275,6 +272,7 @@ struct operands {
     int need_lse_shift;    // set by the caller: computed only when an LSE is asked for
     uint8_t *v_records;
     float *tile_mean, *chan_mul;
+    float *key_bias;       // Q smoothing's per-key terms, or NULL
 };
 
 // Grouping (or the layer's permutation) and the three quantizers.
@@ -284,7 +282,8 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     const size_t Nk = (size_t)c.Nk, Nq = (size_t)c.Nq, T = (size_t)c.T, QT = (size_t)c.QT;
     const size_t chunks = kmeans_chunks((int)Nk);
     const size_t mean_partials = k_channel_mean_partials((int)c.B, (int)c.Hkv, (int)Nk, (int)D);
-    const int rg = c.regroup;
+    const int rg = c.regroup, qs = cfg->q_smoothing;
+    const size_t q_partials = k_channel_mean_partials((int)c.B, (int)c.Hq, (int)Nq, (int)D);
     const size_t sizes[] = {
         4 * sizeof(int), kvh * D * 4, mean_partials * 8,                         // flag + norms, kmean, partials
         rg ? kvh * Nk * 4 : 0, rg ? kvh * k * D * 4 : 0, rg ? kvh * k * 4 : 0,    // perm, centroids, norms
@@ -292,7 +291,8 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         rg ? kvh * chunks * k * 4 : 0, rg ? kvh * k * 4 : 0,                     // counts, init rows
         qh * QT * VC_Q_ROWS * D, qh * QT * VC_Q_ROWS * 4, qh * Nq * 4,            // q codes, scales, lse shift
         kvh * T * VC_KV_ROWS * D, kvh * T * 16,                                   // k codes, scales
-        kvh * T * vc_v_record_bytes((uint32_t)D), 2 * kvh * T * D * 4, 2 * kvh * D * 4};
+        kvh * T * vc_v_record_bytes((uint32_t)D), 2 * kvh * T * D * 4, 2 * kvh * D * 4,
+        qs ? qh * D * 4 : 0, qs ? q_partials * 8 : 0, qs ? qh * T * VC_KV_ROWS * 4 : 0};  // Q smoothing
     size_t total = 0;
     for (size_t sz : sizes) total += (sz + 255) & ~size_t(255);
     cudaError_t err = cs.alloc((void **)&cs.work, total);
@@ -324,6 +324,9 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     float *tile_amax = cs.take<float>(kvh * T * D);
     float *chan_inv = cs.take<float>(kvh * D);
     op->chan_mul = cs.take<float>(kvh * D);
+    float *qmean = qs ? cs.take<float>(qh * D) : nullptr;
+    double *qpartials = qs ? cs.take<double>(q_partials) : nullptr;
+    op->key_bias = qs ? cs.take<float>(qh * T * VC_KV_ROWS) : nullptr;
     if ((err = cudaMemsetAsync(op->flag, 0, 4 * sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
 
     const float sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)D);
@@ -356,11 +359,14 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     if (cfg->k_smoothing && (err = k_channel_mean(in.k, in.krope, ck, partials, op->kmean, cs.stream)))
         return cs.cuda_fail(err, "K channel mean");
     const float *mean = cfg->k_smoothing ? op->kmean : nullptr;
+    if (qs && (err = k_channel_mean(in.q, in.qrope, cq, qpartials, qmean, cs.stream)))
+        return cs.cuda_fail(err, "Q channel mean");
+    const q_smoothing_args qsa = {qmean, (int)(c.Hq / c.Hkv), sm_scale * 1.4426950408889634f, op->key_bias};
     if ((err = quantize_k(in.k, in.krope, ck, op->perm, mean, cfg->hadamard, hadamard_scale, op->k_codes,
-                          op->k_mul, max_norm + 1, cs.stream)) ||
+                          op->k_mul, max_norm + 1, qsa, cs.stream)) ||
         (err = quantize_q(in.q, in.qrope, cq, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
                           op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, max_norm,
-                          cs.stream)) ||
+                          qmean, cs.stream)) ||
         (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * 1.4426950408889634f, ck, cs.stream))) ||
         (err = quantize_v(in.v, ck, op->perm, c.grouped, op->tile_mean, tile_amax, chan_inv, op->chan_mul,
                           op->v_records, cs.stream)))
@@ -419,6 +425,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     p.k = op.k_codes; p.k_mul = op.k_mul;
     p.v = op.v_records; p.v_mul = op.chan_mul;
     p.lse_shift = cfg->k_smoothing ? op.lse_shift : nullptr;
+    p.key_bias = op.key_bias;
     p.out = const_cast<void *>(dout.data); p.out_dtype = out->dtype;
     p.out_sb = out->stride_batch; p.out_sh = out->stride_head; p.out_sn = out->stride_token;
     p.lse = dlse;

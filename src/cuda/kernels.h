@@ -32,16 +32,26 @@ size_t k_channel_mean_partials(int batch, int heads, int tokens, int head_dim); 
 // K: RoPE, gather by perm (may be NULL), minus mean (may be NULL), Hadamard,
 // INT8 per tile and lane group, in the tile layout of operand_layout.h.
 // With the check, max_norm receives the largest row norm (atomic max).
+// Q smoothing (all NULL/0 when off): the query heads' channel means, the
+// query heads per key head, sm_scale log2(e), and the per-key terms written
+// [B*Hq][T][128] in the K tiles' key order.
+struct q_smoothing_args {
+    const float *qmean;
+    int group;
+    float score_mul;
+    float *key_bias;
+};
 cudaError_t quantize_k(const dev_tensor &k, const dev_rope &rope, const quant_common &c,
                        const int32_t *perm, const float *mean, int hadamard, float hadamard_scale,
-                       int8_t *codes, float *scales, float *max_norm, cudaStream_t stream);
+                       int8_t *codes, float *scales, float *max_norm, const q_smoothing_args &qs,
+                       cudaStream_t stream);
 
 // Q: RoPE, LSE shift sm_scale * q.kmean (when kmean), Hadamard, INT8 per token;
 // `tiles` 64-row tiles (>= ceil(N/64); rows past N are zeros).
 cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_common &c,
                        int heads_kv, const float *kmean, float sm_scale, int hadamard,
                        float hadamard_scale, int tiles, int8_t *codes, float *scales,
-                       float *lse_shift, float *max_norm, cudaStream_t stream);
+                       float *lse_shift, float *max_norm, const float *qmean, cudaStream_t stream);
 
 // The check's bound on the scores from max_norm[0] (q) and [1] (k): flag bit 2
 // when they could pass VCATTN_MAX_SCORE_LOG2 (score_mul = sm_scale log2 e).

@@ -178,6 +178,10 @@ struct row_args {
     float *scales;
     float *lse_shift;        // Q only, may be NULL (no LSE asked for)
     float *max_norm;         // with the check: atomic max of the rows' norms (before the Hadamard)
+    const float *qmean;      // Q smoothing: [B*Hq][D] channel means of Q, or NULL
+    int group;               // K: query heads per key head (for the per-key terms)
+    float score_mul;         // K: sm_scale log2(e)
+    float *key_bias;         // K: [B*Hq][T][128] Q smoothing's per-key terms, or NULL
 };
 
 // Row (token n, original position src) rotated, smoothed and Hadamard-
@@ -186,7 +190,8 @@ struct row_args {
 // mean: the lane's E elements of the K channel mean (used when a.kmean).
 template <int D, bool IS_KEY>
 __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, int n, int src,
-                                               const float (&mean)[D / 32], float *x, float &norm2_max) {
+                                               const float (&mean)[D / 32], const float (&qm)[D / 32],
+                                               float *x, float &norm2_max) {
     constexpr int E = D / 32;
     const int lane = threadIdx.x & 31;
     rope_row<D, true>(a.rope, a.c, src, x);
@@ -207,6 +212,26 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
 #pragma unroll
         for (int k = 0; k < E; k++) s += x[k] * x[k];
         norm2_max = fmaxf(norm2_max, warp_sum(s));
+    }
+    if (a.qmean) {
+        if constexpr (IS_KEY) {
+            // Q smoothing's term of this key for each query head of the group:
+            // sm_scale log2(e) (mean_q . k), k as scored (before the Hadamard).
+            const int b = (int)(head / a.c.heads), hkv = (int)(head % a.c.heads), tiles = gridDim.x;
+            const int64_t heads_q = (int64_t)a.c.heads * a.group;
+            const int tile = n / VC_KV_ROWS, r = n % VC_KV_ROWS;
+            for (int g = 0; g < a.group; g++) {
+                const int64_t qh = (int64_t)b * heads_q + (int64_t)hkv * a.group + g;
+                float s = 0.0f;
+#pragma unroll
+                for (int k = 0; k < E; k++) s += a.qmean[qh * D + lane * E + k] * x[k];
+                s = warp_sum(s);
+                if (lane == 0) a.key_bias[(qh * tiles + tile) * VC_KV_ROWS + r] = s * a.score_mul;
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < E; k++) x[k] = x[k] - qm[k];
+        }
     }
     if (a.hadamard) {
         // Sylvester order, stage by stage, as cpu_hadamard: x[j] = u + w and
@@ -267,6 +292,11 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) 
     const int64_t head = (int64_t)b * a.c.heads + h;
     const int tiles = gridDim.x;
 
+    float qm[E] = {};
+    if (!IS_KEY && a.qmean) {
+#pragma unroll
+        for (int k = 0; k < E; k++) qm[k] = a.qmean[head * D + lane * E + k];
+    }
     float mean[E] = {};
     if (a.kmean) {
         const int64_t mrow = IS_KEY ? head : (int64_t)b * a.heads_kv + h / (a.c.heads / a.heads_kv);
@@ -290,11 +320,18 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) 
     for (int i = 0; i < RPW; i++) {
         const int r = warp + WARPS * i, n = tile * R + r;
         float amax = 0.0f;
+        if (IS_KEY && a.qmean && !valid[i] && lane == 0) {  // keys past the end: term 0 (masked anyway)
+            const int64_t heads_q = (int64_t)a.c.heads * a.group;
+            for (int g = 0; g < a.group; g++) {
+                const int64_t qh = (int64_t)b * heads_q + (int64_t)h * a.group + g;
+                a.key_bias[(qh * tiles + tile) * VC_KV_ROWS + r] = 0.0f;
+            }
+        }
         if (valid[i]) {
             if (a.c.check_finite)
 #pragma unroll
                 for (int k = 0; k < E; k++) checked(x[i][k], a.c);
-            amax = transform_row<D, IS_KEY>(a, head, n, src[i], mean, x[i], norm2_max);
+            amax = transform_row<D, IS_KEY>(a, head, n, src[i], mean, qm, x[i], norm2_max);
         }
         if constexpr (IS_KEY) {
             if (lane == 0) row_amax[r] = amax;
@@ -478,18 +515,19 @@ cudaError_t check_score_bound(const float *max_norm, float score_mul, const quan
 
 cudaError_t quantize_k(const dev_tensor &k, const dev_rope &rope, const quant_common &c,
                        const int32_t *perm, const float *mean, int hadamard, float hadamard_scale,
-                       int8_t *codes, float *scales, float *max_norm, cudaStream_t stream) {
+                       int8_t *codes, float *scales, float *max_norm, const q_smoothing_args &qs,
+                       cudaStream_t stream) {
     row_args a = {k, rope, c, perm, mean, c.heads, 0.0f, hadamard, hadamard_scale, codes, scales, nullptr,
-                  c.check_finite ? max_norm : nullptr};
+                  c.check_finite ? max_norm : nullptr, qs.qmean, qs.group, qs.score_mul, qs.key_bias};
     return launch_rows(true, a, (c.tokens + VC_KV_ROWS - 1) / VC_KV_ROWS, stream);
 }
 
 cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_common &c,
                        int heads_kv, const float *kmean, float sm_scale, int hadamard,
                        float hadamard_scale, int tiles, int8_t *codes, float *scales,
-                       float *lse_shift, float *max_norm, cudaStream_t stream) {
+                       float *lse_shift, float *max_norm, const float *qmean, cudaStream_t stream) {
     row_args a = {q, rope, c, nullptr, kmean, heads_kv, sm_scale, hadamard, hadamard_scale, codes, scales, lse_shift,
-                  c.check_finite ? max_norm : nullptr};
+                  c.check_finite ? max_norm : nullptr, qmean, 1, 0.0f, nullptr};
     return launch_rows(false, a, tiles, stream);
 }
 

@@ -22,6 +22,7 @@
 namespace {
 
 constexpr int kStages = 2;
+constexpr uint32_t kBiasBytes = VC_KV_ROWS * sizeof(float);  // a K tile's Q-smoothing terms
 
 template <typename T> __device__ __forceinline__ void store2(T *p, float a, float b, bool pair);
 template <> __device__ __forceinline__ void store2(float *p, float a, float b, bool pair) {
@@ -54,7 +55,7 @@ struct TileP {
 
 // The state one warpgroup carries over the key tiles for its 64 query rows:
 // thread (warp, g, t) owns rows 16 warp + g and + 8.
-template <int D, bool EXPCAST, bool VSMOOTH>
+template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH>
 struct RowState {
     float o[D / 2];
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
@@ -79,18 +80,30 @@ struct RowState {
 
     // Online softmax of the tile: new row maxima, and into pt the rescale
     // factors and P encoded. tail_keys < 128 masks the keys past the end.
+    // bias: the tile's Q-smoothing terms in shared memory (QSMOOTH only).
     __device__ __forceinline__ void softmax(int32_t *sacc, float kmul, int tail_keys, float expcast_bias, int t,
-                                            TileP &pt) {
+                                            TileP &pt, uint32_t bias) {
         float s[64];
 #pragma unroll
         for (int i = 0; i < 64; i++) s[i] = (float)sacc[i];
+        float A0 = qmul0 * kmul, A1 = qmul1 * kmul;
+        if constexpr (QSMOOTH) {  // s = dot A + term, one FMA (as the CPU); then A = 1 below
+#pragma unroll
+            for (int i = 0; i < 64; i += 4) {  // registers i, i+1 (row g) and i+2, i+3 (row g+8): same two keys
+                const float2 b = lds_float2(bias + 4 * acc_col(i, t));
+                s[i] = __fmaf_rn(s[i], A0, b.x);
+                s[i + 1] = __fmaf_rn(s[i + 1], A0, b.y);
+                s[i + 2] = __fmaf_rn(s[i + 2], A1, b.x);
+                s[i + 3] = __fmaf_rn(s[i + 3], A1, b.y);
+            }
+            A0 = A1 = 1.0f;
+        }
         const bool tail = tail_keys < VC_KV_ROWS;
         if (tail) {
 #pragma unroll
             for (int i = 0; i < 64; i++)
                 if (acc_col(i, t) >= tail_keys) s[i] = -INFINITY;
         }
-        const float A0 = qmul0 * kmul, A1 = qmul1 * kmul;
         float tmax0, tmax1;
         tile_row_max(s, A0, A1, tmax0, tmax1);
         const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
@@ -188,10 +201,11 @@ struct WsShared {
     alignas(128) int8_t q[2][Sizes<D>::q];
     alignas(128) int8_t k[kStages][Sizes<D>::k];
     alignas(128) uint8_t v[kStages][Sizes<D>::v];
+    alignas(16) float bias[kStages][VC_KV_ROWS];  // Q smoothing's per-key terms of the K tile
     uint64_t full_q, full_k[kStages], full_v[kStages], empty_k[kStages], empty_v[kStages];
 };
 
-template <int D, bool EXPCAST, bool VSMOOTH, typename OutT>
+template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, typename OutT>
 __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __grid_constant__ vc_attention_params p) {
     extern __shared__ uint8_t smem_raw[];
     WsShared<D> &sm = *reinterpret_cast<WsShared<D> *>(
@@ -227,8 +241,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
             const int s = j % kStages;
             const uint32_t free_parity = ((j / kStages) & 1) ^ 1;  // a fresh barrier passes parity 1
             mbar_wait_suspended(&sm.empty_k[s], free_parity);
-            mbar_arrive_expect_tx(&sm.full_k[s], Sizes<D>::k);
+            mbar_arrive_expect_tx(&sm.full_k[s], Sizes<D>::k + (QSMOOTH ? kBiasBytes : 0));
             bulk_load(sm.k[s], k_tiles + (int64_t)j * Sizes<D>::k, Sizes<D>::k, &sm.full_k[s]);
+            if (QSMOOTH)
+                bulk_load(sm.bias[s], p.key_bias + (q_head * T + j) * VC_KV_ROWS, kBiasBytes, &sm.full_k[s]);
             mbar_wait_suspended(&sm.empty_v[s], free_parity);
             mbar_arrive_expect_tx(&sm.full_v[s], Sizes<D>::v);
             bulk_load(sm.v[s], v_tiles + (int64_t)j * Sizes<D>::v, Sizes<D>::v, &sm.full_v[s]);
@@ -242,7 +258,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
     const int row0 = (2 * pair_block + w) * VC_Q_ROWS + 16 * warp + g;
     const float *q_mul = p.q_mul + q_head * (int64_t)p.q_tiles * VC_Q_ROWS;
     const float *k_mul = p.k_mul + kv_head * T * 4;
-    RowState<D, EXPCAST, VSMOOTH> st;
+    RowState<D, EXPCAST, VSMOOTH, QSMOOTH> st;
     st.init(q_mul[row0] * p.score_mul, q_mul[row0 + 8] * p.score_mul);
     const int tail_keys = p.nk - (T - 1) * VC_KV_ROWS;
     const uint32_t my_turn = kSchedBarrier + w, other_turn = kSchedBarrier + (1 - w);
@@ -263,8 +279,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
         wgmma_wait_all();
 #pragma unroll
         for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
-        release(&sm.empty_k[0]);
-        st.softmax(sacc, k_mul[t], T == 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, prev);
+        if (!QSMOOTH) release(&sm.empty_k[0]);
+        st.softmax(sacc, k_mul[t], T == 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, prev,
+                   smem_addr(sm.bias[0]));
+        if (QSMOOTH) release(&sm.empty_k[0]);  // the stage's terms were read by the softmax
     }
     // Two P buffers used in turn: a register copy between the wgmma
     // issues would make ptxas serialize them (advisory C7513).
@@ -286,10 +304,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
         for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
 #pragma unroll
         for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
-        release(&sm.empty_k[s]);
+        if (!QSMOOTH) release(&sm.empty_k[s]);
         st.update(pacc, sm.v[sp], prev_p, t);
         release(&sm.empty_v[sp]);
-        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, cur_p);
+        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, cur_p,
+                   smem_addr(sm.bias[s]));
+        if (QSMOOTH) release(&sm.empty_k[s]);
     };
     int j = 1;
     for (; j + 1 < T; j += 2) {
@@ -327,10 +347,11 @@ struct V1Shared {
     alignas(128) int8_t q[Sizes<D>::q];
     alignas(128) int8_t k[kStages][Sizes<D>::k];
     alignas(128) uint8_t v[kStages][Sizes<D>::v];
+    alignas(16) float bias[kStages][VC_KV_ROWS];
     uint64_t full_q, full_k[kStages], full_v[kStages];
 };
 
-template <int D, bool EXPCAST, bool VSMOOTH, typename OutT>
+template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, typename OutT>
 __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __grid_constant__ vc_attention_params p) {
     extern __shared__ uint8_t smem_raw[];
     V1Shared<D> &sm = *reinterpret_cast<V1Shared<D> *>(
@@ -356,8 +377,10 @@ __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __
     }
     __syncthreads();
     auto load_k = [&](int stage, int tile) {
-        mbar_arrive_expect_tx(&sm.full_k[stage], Sizes<D>::k);
+        mbar_arrive_expect_tx(&sm.full_k[stage], Sizes<D>::k + (QSMOOTH ? kBiasBytes : 0));
         bulk_load(sm.k[stage], k_tiles + (int64_t)tile * Sizes<D>::k, Sizes<D>::k, &sm.full_k[stage]);
+        if (QSMOOTH)
+            bulk_load(sm.bias[stage], p.key_bias + (q_head * T + tile) * VC_KV_ROWS, kBiasBytes, &sm.full_k[stage]);
     };
     auto load_v = [&](int stage, int tile) {
         mbar_arrive_expect_tx(&sm.full_v[stage], Sizes<D>::v);
@@ -374,7 +397,7 @@ __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __
 
     const int row0 = m_block * VC_Q_ROWS + 16 * warp + g;
     const float *q_mul = p.q_mul + q_head * (int64_t)p.q_tiles * VC_Q_ROWS;
-    RowState<D, EXPCAST, VSMOOTH> st;
+    RowState<D, EXPCAST, VSMOOTH, QSMOOTH> st;
     st.init(q_mul[row0] * p.score_mul, q_mul[row0 + 8] * p.score_mul);
     const int tail_keys = p.nk - (T - 1) * VC_KV_ROWS;
 
@@ -388,11 +411,18 @@ __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __
         wgmma_wait_all();
 #pragma unroll
         for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
-        __syncthreads();  // every warp is done with K[stage]
-        if (tid == 0 && j + kStages < T) load_k(stage, j + kStages);
+        if (!QSMOOTH) {
+            __syncthreads();  // every warp is done with K[stage]
+            if (tid == 0 && j + kStages < T) load_k(stage, j + kStages);
+        }
 
         TileP pt;
-        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, pt);
+        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, pt,
+                   smem_addr(sm.bias[stage]));
+        if (QSMOOTH) {
+            __syncthreads();  // every warp is done with K[stage] and its terms
+            if (tid == 0 && j + kStages < T) load_k(stage, j + kStages);
+        }
 
         float pacc[D / 2 + 4];
         mbar_wait(&sm.full_v[stage], parity);
@@ -407,10 +437,11 @@ __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __
     st.template store<OutT>(p, q_head, kv_head, batch, head, row0, t);
 }
 
-template <int D, bool EXPCAST, bool VSMOOTH, typename OutT>
+template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, typename OutT>
 cudaError_t launch(const vc_attention_params &p, int version, cudaStream_t stream) {
     const bool ws = version != 1;
-    auto kernel = ws ? vc_attention_ws_kernel<D, EXPCAST, VSMOOTH, OutT> : vc_attention_v1_kernel<D, EXPCAST, VSMOOTH, OutT>;
+    auto kernel = ws ? vc_attention_ws_kernel<D, EXPCAST, VSMOOTH, QSMOOTH, OutT>
+                     : vc_attention_v1_kernel<D, EXPCAST, VSMOOTH, QSMOOTH, OutT>;
     const int smem = (int)(ws ? sizeof(WsShared<D>) : sizeof(V1Shared<D>)) + 128;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
@@ -420,30 +451,38 @@ cudaError_t launch(const vc_attention_params &p, int version, cudaStream_t strea
     return cudaGetLastError();
 }
 
-template <int D, bool EXPCAST, bool VSMOOTH>
+template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH>
 cudaError_t launch_dtype(const vc_attention_params &p, int version, cudaStream_t stream) {
     switch (p.out_dtype) {
-    case VCATTN_DTYPE_BF16: return launch<D, EXPCAST, VSMOOTH, __nv_bfloat16>(p, version, stream);
-    case VCATTN_DTYPE_F16: return launch<D, EXPCAST, VSMOOTH, __half>(p, version, stream);
-    default: return launch<D, EXPCAST, VSMOOTH, float>(p, version, stream);
+    case VCATTN_DTYPE_BF16: return launch<D, EXPCAST, VSMOOTH, QSMOOTH, __nv_bfloat16>(p, version, stream);
+    case VCATTN_DTYPE_F16: return launch<D, EXPCAST, VSMOOTH, QSMOOTH, __half>(p, version, stream);
+    default: return launch<D, EXPCAST, VSMOOTH, QSMOOTH, float>(p, version, stream);
     }
 }
 
-template <int D>
+template <int D, bool QSMOOTH>
 cudaError_t launch_variant(const vc_attention_params &p, bool expcast, bool vsmooth, int version,
                            cudaStream_t stream) {
     // ExpCast without V-Smooth runs the V-Smooth kernel: the records' means are
     // zeros then, so r * 0 adds nothing; ptxas spilled ~750 bytes per thread
     // in the ExpCast-only instance of v3 (vs 64 in the vc instance).
-    if (expcast) return launch_dtype<D, true, true>(p, version, stream);
-    return vsmooth ? launch_dtype<D, false, true>(p, version, stream) : launch_dtype<D, false, false>(p, version, stream);
+    if (expcast) return launch_dtype<D, true, true, QSMOOTH>(p, version, stream);
+    return vsmooth ? launch_dtype<D, false, true, QSMOOTH>(p, version, stream)
+                   : launch_dtype<D, false, false, QSMOOTH>(p, version, stream);
+}
+
+template <int D>
+cudaError_t launch_smoothing(const vc_attention_params &p, bool expcast, bool vsmooth, int version,
+                             cudaStream_t stream) {
+    return p.key_bias ? launch_variant<D, true>(p, expcast, vsmooth, version, stream)
+                      : launch_variant<D, false>(p, expcast, vsmooth, version, stream);
 }
 
 }  // namespace
 
 cudaError_t vc_attention_sm90(const vc_attention_params &p, int head_dim, bool expcast,
                               bool vsmooth, int version, cudaStream_t stream) {
-    if (head_dim == 128) return launch_variant<128>(p, expcast, vsmooth, version, stream);
-    if (head_dim == 64) return launch_variant<64>(p, expcast, vsmooth, version, stream);
+    if (head_dim == 128) return launch_smoothing<128>(p, expcast, vsmooth, version, stream);
+    if (head_dim == 64) return launch_smoothing<64>(p, expcast, vsmooth, version, stream);
     return cudaErrorInvalidValue;
 }

@@ -12,6 +12,7 @@ struct vc_attention_params {
     const uint8_t *v;         // [B][Hkv][T] records
     const float *v_mul;       // [B][Hkv][D]
     const float *lse_shift;   // [B][Hq][Nq], or NULL (no K smoothing)
+    const float *key_bias;    // [B][Hq][T][128] Q smoothing's per-key term (log2 units), or NULL
     void *out;                // element (b, h, n, c) at out + b*sb + h*sh + n*sn + c
     int out_dtype;            // vcattn_dtype
     int64_t out_sb, out_sh, out_sn;  // in elements
