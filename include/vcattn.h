@@ -191,7 +191,8 @@ vcattn_config vcattn_config_default(void);
  * Named presets: "bf16", "fp8-naive", "sage2", "vsmooth", "vc", "sage3-4bit",
  * "vsmooth-4bit"; a "+hadamard" suffix (e.g. "sage2+hadamard") turns on the
  * QK Hadamard, then a "+qsmooth" suffix (e.g. "vc+qsmooth",
- * "sage2+hadamard+qsmooth") turns on q_smoothing (CPU backend for now).
+ * "sage2+hadamard+qsmooth") turns on q_smoothing (both backends; on the GPU
+ * it costs the vc kernel 17%, so no preset has it by default).
  * Returns VCATTN_ERR_UNKNOWN_NAME for anything else.
  */
 vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg);

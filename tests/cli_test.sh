@@ -90,6 +90,18 @@ check "eval --methods" 0 "vc+hadamard" "sage2 " -- eval --workload tiny --method
 check "eval --methods unknown" 2 "unknown method 'nope'" -- eval --methods sage2,nope
 check "run --methods" 2 "--methods belongs to eval" -- run --methods sage2
 check "eval --q-smoothing" 0 '"q_smoothing": true' -- run --workload tiny --method vc --q-smoothing --backend cpu --json
+# Captured tensors of a pretrained transformer (tools/capture_minilm.py):
+# eval and the studies on .npy inputs; the ExpCast bound holds on every row.
+data=$(dirname "$0")/data
+for layer in 0 3 5; do
+    files="--q $data/minilm-l$layer-q.npy --k $data/minilm-l$layer-k.npy --v $data/minilm-l$layer-v.npy"
+    # shellcheck disable=SC2086
+    check "captured layer $layer: studies" 0 '"violations": 0' '"k_mean_share"' -- eval --study studies --json $files
+done
+# shellcheck disable=SC2086
+check "captured layer 5: eval" 0 "Nk=512 D=32" "vsmooth " -- eval --backend cpu --methods sage2,vsmooth $files
+check "eval: files and --workload" 2 "not both" -- eval --workload tiny --q "$data/minilm-l0-q.npy" \
+    --k "$data/minilm-l0-k.npy" --v "$data/minilm-l0-v.npy"
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -475,7 +475,8 @@ int main(void) {
         {"qsmooth D=64 tail", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, "sage2+qsmooth"},
         {"qsmooth hadamard", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+hadamard+qsmooth"},
     };
-    for (size_t i = 0; i < sizeof qsmooth_shapes / sizeof qsmooth_shapes[0]; i++) run_shape(cpu, gpu, &qsmooth_shapes[i]);
+    for (size_t i = 0; i < sizeof qsmooth_shapes / sizeof qsmooth_shapes[0]; i++)
+        if (wanted(&qsmooth_shapes[i])) run_shape(cpu, gpu, &qsmooth_shapes[i]);
     static const shape_t quant_shapes[] = {
         {"N=1000 rope", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc"},
         {"N=333 NHD D64 hadamard", 2, 2, 2, 333, 4097, 64, 1, 0, VCATTN_DTYPE_F16, 1, "vc+hadamard"},

@@ -18,6 +18,7 @@ PRESETS = ["small", "wan2.2-small", "longcat-small", "hunyuan-small", "minimax-s
 METHODS = ["fp8-naive", "sage2", "sage2+hadamard", "vsmooth", "vc", "sage3-4bit", "sage3-4bit+hadamard",
            "vsmooth-4bit"]
 HADAMARD_PAIRS = ["sage2", "vsmooth", "vc"]  # each with and without the QK Hadamard (study 2)
+CAPTURED = ["minilm-l0", "minilm-l3", "minilm-l5"]  # tests/data, from tools/capture_minilm.py
 
 
 def cli(args, out_json):
@@ -70,6 +71,37 @@ def hadamard_study(out):
     return md
 
 
+def stats_row(name, studies):
+    st, ex, orders = studies["stats"], studies["expcast_rows"], {o["order"].split(" (")[0]: o for o in studies["orders"]}
+    return "| %s | %.1f%% | %.2f | %.2f | %.3f%% | %.3f | %.1f%% / %.1f%% |" % (
+        name, 100 * st["k_mean_share"], st["k_channel_peak"], st["v_token_peak"], 100 * st["v_outlier_frac"],
+        ex["entropy_mean"], 100 * orders["sequence"]["energy_share"], 100 * orders["k-means"]["energy_share"])
+
+
+def captured_study(out, presets):
+    """Real tensors against the synthetic presets: statistics, then methods."""
+    md = ["", "## Captured tensors (all-MiniLM-L6-v2) against the synthetic presets", "",
+          "| inputs | K mean share | K channel peak | V token peak | V tokens > 3x median | entropy | "
+          "energy share seq / k-means |", "|---|---|---|---|---|---|---|"]
+    md += [stats_row("`%s`" % p["workload"], p["studies"]) for p in presets]
+    tables = {}
+    for name in CAPTURED:
+        files = []
+        for x in "qkv":
+            files += ["--" + x, os.path.join(ROOT, "tests", "data", "%s-%s.npy" % (name, x))]
+        md.append(stats_row("%s (captured)" % name, cli(["eval", "--study", "studies"] + files,
+                                                          os.path.join(out, "captured-%s-studies.json" % name))))
+        tables[name] = cli(["eval", "--backend", "cpu"] + files, os.path.join(out, "captured-%s.json" % name))
+    shown = ["fp8-naive", "sage2", "vsmooth", "vc", "sage3-4bit", "vsmooth-4bit"]
+    md += ["", "| layer | " + " | ".join(shown) + " |", "|---" * (1 + len(shown)) + "|"]
+    for name in CAPTURED:
+        rows = {m["method"]: m for m in tables[name]["methods"]}
+        md.append("| %s | %s |" % (name, " | ".join(
+            "%.3f%% (worst row %.3f)" % (100 * rows[m]["metrics"]["rel_l2"], rows[m]["metrics"]["worst_row_rel_l2"])
+            for m in shown)))
+    return md
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "figures"))
@@ -98,6 +130,8 @@ def main():
         md.append("| `%s` | %d | %.3f%% / %.3f%% | %.3f%% | %d |" % (
             p["workload"], e["rows"], 100 * e["tv_mean_expcast"], 100 * e["tv_mean_cast"], 100 * e["tv_max_expcast"],
             e["violations"]))
+
+    md += captured_study(args.out, studies["presets"])
 
     if "methods" not in skip:
         md += ["", "## Output SNR (dB) by method", "", "| preset | " + " | ".join(METHODS) + " |",
