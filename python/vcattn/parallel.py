@@ -5,11 +5,23 @@ K smoothing added back), so partial results merge exactly as FlashAttention's.
 
 - `xdit_attention`: xDiT's backend contract, [B, H, S, D] -> (out, lse [B, H, S]).
 - `ring_forward`: yunchang's ring step contract, [B, S, H, D] -> (out, lse [B, H, S]).
+- `yunchang_processor`: `ring_forward` for yunchang's USP layer (Ulysses
+  all-to-all over heads, then a ring over key chunks)::
+
+      from yunchang import LongContextAttention, set_seq_parallel_pg
+      set_seq_parallel_pg(ulysses_degree, ring_degree, rank, world_size)
+      attn = LongContextAttention(attn_type=None, attn_processor=vcattn.parallel.yunchang_processor("vc"))
+      out = attn(q, k, v)  # this rank's [B, S / P, H, D] shards
+
+  (yunchang 0.6 calls `attn_processor` when `attn_type` names none of its
+  own kernels; python/tests/test_parallel.py runs both degrees.)
 - `merge`: combines two partial results over disjoint key sets.
 
 Each chunk is quantized (and, with a state, grouped) on its own; pass one
 LayerState per (layer, chunk) to keep the grouping schedule per chunk.
 """
+import functools
+
 import torch
 
 import vcattn
@@ -57,3 +69,12 @@ def ring_forward(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, windo
         raise ValueError("vcattn: sliding windows, softcap, ALiBi and returned softmax are not supported")
     return vcattn.attention(q, k, v, tensor_layout="NHD", sm_scale=softmax_scale, return_lse=True,
                             method=method, state=state, check_finite=False)
+
+
+def yunchang_processor(method="vc"):
+    """yunchang's `attn_processor`: each local attention of its USP layer
+    (one per ring step, after the Ulysses all-to-all) as a vcattn call with
+    `method`. Without a state each call groups its own key chunk (V-Smooth's
+    cold start)."""
+    return functools.partial(ring_forward, method=method)
+
