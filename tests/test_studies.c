@@ -2,11 +2,14 @@
  * the token-order study's ordering and thresholds and the ExpCast bound on
  * every row; on the per-model presets (and on `small` with Q smoothing), the
  * method ordering (vsmooth and vc below sage2) and each method's relative
- * L2 error within 3% of its measured value. */
+ * L2 error within 3% of its measured value; on the captured tensors of a
+ * pretrained transformer (tests/data, tools/capture_minilm.py), each
+ * method's error within 3% and the ExpCast bound on every row. */
 #include "testlib.h"
 #include "vcattn.h"
 #include "studies.h"
 #include "metrics.h"
+#include "npy.h"
 #include "cpu/reference.h"
 #include "formats/formats.h"
 
@@ -67,6 +70,59 @@ static void method_ordering(vcattn_context *ctx, const ordering_case *oc) {
     vcattn_workload_free(&w);
 }
 
+/* all-MiniLM-L6-v2 layers, float16 [1, 12, 512, 32]; sage2, vsmooth, vc. */
+typedef struct {
+    const char *layer;
+    double measured[3];
+} captured_case;
+
+static const captured_case CAPTURED[] = {
+    {"minilm-l0", {0.01830, 0.01679, 0.01712}},
+    {"minilm-l3", {0.01190, 0.01359, 0.01410}},
+    {"minilm-l5", {0.01688, 0.01674, 0.01803}},
+};
+
+static void captured_layer(vcattn_context *ctx, const captured_case *cc) {
+    static const char *const methods[3] = {"sage2", "vsmooth", "vc"};
+    npy_array a[3] = {{0}};
+    vcattn_tensor t[3];
+    char path[256], err[256];
+    int ok = 1;
+    for (int i = 0; i < 3 && ok; i++) {
+        snprintf(path, sizeof path, "tests/data/%s-%c.npy", cc->layer, "qkv"[i]);
+        ok = npy_read(path, 0, &a[i], err, sizeof err) == VCATTN_OK && a[i].ndim == 4;
+        CHECK(ok, "%s: %s", path, err);
+        if (ok)
+            t[i] = vcattn_tensor_bhnd(a[i].data, a[i].dtype, a[i].shape[0], a[i].shape[1], a[i].shape[2],
+                                      a[i].shape[3]);
+    }
+    if (ok) {
+        const int64_t rows = t[0].batch * t[0].heads * t[0].tokens, d = t[0].head_dim;
+        double *ref = malloc((size_t)(rows * d) * sizeof *ref);
+        float *out = malloc((size_t)(rows * d) * sizeof *out);
+        vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, t[0].batch, t[0].heads, t[0].tokens, d);
+        vcattn_reference_attention(&t[0], &t[1], &t[2], NULL, 0.0f, ref, NULL);
+        for (int m = 0; m < 3; m++) {
+            vcattn_config c;
+            vcattn_config_from_method(methods[m], &c);
+            CHECK(vcattn_attention(ctx, &c, &t[0], &t[1], &t[2], &to, NULL, NULL, NULL) == VCATTN_OK, "%s on %s",
+                  methods[m], cc->layer);
+            vcattn_metrics met;
+            metrics_compute(out, ref, rows, d, &met);
+            CHECK(met.rel_l2 <= cc->measured[m] * 1.03, "%s on %s: relative L2 %.5f, measured %.5f (+3%% allowed)",
+                  methods[m], cc->layer, met.rel_l2, cc->measured[m]);
+        }
+        vcattn_config cfg = vcattn_config_default();
+        study_expcast ex;
+        CHECK(study_expcast_rows(&t[0], &t[1], NULL, 0.0f, cfg.expcast_beta, &ex) == VCATTN_OK &&
+              ex.rows == rows && ex.violations == 0, "%s: %lld rows over the ExpCast bound", cc->layer,
+              (long long)ex.violations);
+        free(ref);
+        free(out);
+    }
+    for (int i = 0; i < 3; i++) npy_free(&a[i]);
+}
+
 int main(void) {
     vcattn_workload w;
     if (vcattn_workload_generate("small", 0, &w) != VCATTN_OK) return 1;
@@ -99,6 +155,7 @@ int main(void) {
     vcattn_context *ctx;
     if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return 1;
     for (size_t i = 0; i < sizeof ORDERINGS / sizeof ORDERINGS[0]; i++) method_ordering(ctx, &ORDERINGS[i]);
+    for (size_t i = 0; i < sizeof CAPTURED / sizeof CAPTURED[0]; i++) captured_layer(ctx, &CAPTURED[i]);
     vcattn_destroy(ctx);
     return tl_finish("test_studies");
 }
