@@ -172,11 +172,16 @@ typedef struct {
                                  VCATTN_ERR_INVALID_ARGUMENT, before any
                                  output is written */
     int num_threads;          /* CPU backend threads; 0 = all cores */
-    /* score path, experimental (CPU backend only for now; default 0): subtract
-     * each head's channel mean of Q over tokens before quantizing, and add the
-     * exact per-key term sm_scale (mean_q . k_j) back to the scores, as
-     * SageAttention2 smooths Q (docs/fidelity.md) */
+    /* score path (default 0): subtract each head's channel mean of Q over
+     * tokens before quantizing, and add the exact per-key term
+     * sm_scale (mean_q . k_j) back to the scores, as SageAttention2 smooths Q
+     * (docs/fidelity.md; on the GPU it costs the vc kernel 17%) */
     int q_smoothing;
+    /* value path, V-Smooth's sink guard: a 128-row block holding a token whose
+     * norm is below sink_guard x the norm of the block's mean is not demeaned
+     * (its mean is 0), so near-zero "attention sink" values keep FP8's
+     * relative precision; in [0, 1], 0 = off, default 0.25 (docs/fidelity.md) */
+    float sink_guard;
 } vcattn_config;
 
 /* The largest |score| (log2 units: q.k * sm_scale * log2(e)) a checked call

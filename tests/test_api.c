@@ -87,6 +87,9 @@ static void test_bad_inputs(vcattn_context *ctx) {
     c = good_call(); c.out.stride_token = 1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "overlapping out rows");
     c = good_call(); c.cfg.kmeans_clusters = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative clusters");
     c = good_call(); c.cfg.group_window = 1.5f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "window > 1");
+    c = good_call(); c.cfg.sink_guard = -0.1f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "sink_guard < 0");
+    c = good_call(); c.cfg.sink_guard = 1.5f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "sink_guard > 1");
+    c = good_call(); c.cfg.sink_guard = NAN; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "sink_guard NaN");
     c = good_call(); c.cfg.sm_scale = -1.0f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative sm_scale");
     c = good_call(); c.cfg.sm_scale = NAN; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "NaN sm_scale");
     c = good_call(); c.cfg.p_format = (vcattn_p_format)42; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "bad p format");

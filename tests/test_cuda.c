@@ -7,8 +7,8 @@
  * reference, LSE agrees, no NaN, guard words around the output untouched,
  * repeated runs bit-identical. Shapes cover tails (N = 1, 17, 127, 129, 1000,
  * 4097), Nq != Nk, B = 2, GQA, the [B,N,H,D] layout, strided views, fp16/bf16
- * inputs and outputs, RoPE and the Hadamard, and more (batch, head) pairs
- * than one grid dimension holds. Then the layer schedule (same permutation as
+ * inputs and outputs, RoPE and the Hadamard, near-zero value tokens (the
+ * sink guard), and more (batch, head) pairs than one grid dimension holds. Then the layer schedule (same permutation as
  * the CPU), device-resident tensors, and bad input. VCATTN_TEST_QUICK=1 keeps
  * the shapes of at most 1000 tokens and 16 (batch, head) pairs: every kernel
  * and variant still runs, small enough for the compute-sanitizer tools. */
@@ -36,6 +36,7 @@ typedef struct {
     vcattn_dtype dtype; /* inputs and output */
     int rope;
     const char *method;
+    int sinks;          /* every 300th value token near zero: V-Smooth's sink guard */
 } shape_t;
 
 /* Fills a view's elements: per-head V clusters (so grouping matters), K offsets. */
@@ -59,6 +60,7 @@ static void *make_tensor(const shape_t *s, int64_t heads, int64_t n, int kind, v
                     float x = nrand();
                     if (kind == 1) x += 0.5f + (c % 7 == 0 ? 3.0f : 0.0f);     /* K offsets */
                     if (kind == 2) x = 0.6f * x + 1.5f * (float)((cluster * 7 + c) % 5 - 2); /* V */
+                    if (kind == 2 && s->sinks && i % 300 == 5) x *= 1e-3f;
                     int64_t at = b * t->stride_batch + h * t->stride_head + i * t->stride_token + c;
                     if (s->dtype == VCATTN_DTYPE_F32) ((float *)data)[at] = x;
                     else if (s->dtype == VCATTN_DTYPE_F16) ((uint16_t *)data)[at] = vcattn_f32_to_f16(x);
@@ -208,7 +210,7 @@ done:
 
 /* Ten steps of one layer on both backends: same schedule, same permutation. */
 static void run_schedule(vcattn_context *cpu, vcattn_context *gpu) {
-    shape_t s = {"schedule", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc"};
+    shape_t s = {"schedule", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc", 0};
     inputs_t in;
     make_inputs(&s, &in);
     vcattn_config cfg = method_config("vc");
@@ -336,6 +338,16 @@ static void run_quantizers(vcattn_context *cpu, vcattn_context *gpu, const shape
               max_rel(g.v_mean, c.v_mean, heads * t * s->d) == 0.0,
               "%s: V codes, scales or means differ (%lld codes)", s->name, (long long)dv);
         CHECK(r_kmean < 1e-5, "%s: K channel means differ by %.2e", s->name, r_kmean);
+        if (s->sinks && vsmooth) {  /* the case must exercise both sides of the guard */
+            int64_t guarded = 0;
+            for (int64_t b = 0; b < heads * t; b++) {
+                int zero = 1;
+                for (int64_t i = 0; i < s->d; i++) zero &= c.v_mean[b * s->d + i] == 0.0f;
+                guarded += zero;
+            }
+            CHECK(guarded > 0 && guarded < heads * t, "%s: %lld of %lld blocks guarded", s->name,
+                  (long long)guarded, (long long)(heads * t));
+        }
         CHECK(wk <= 1 && dk * 1000 <= kn * s->d, "%s: %lld K codes differ, by up to %d", s->name,
               (long long)dk, wk);
         CHECK(max_rel(g.k_scale, c.k_scale, heads * t * 4) < 1e-5, "%s: K scales differ", s->name);
@@ -348,7 +360,7 @@ static void run_quantizers(vcattn_context *cpu, vcattn_context *gpu, const shape
 }
 
 static void run_bad_input(vcattn_context *gpu) {
-    shape_t s = {"bad", 1, 2, 2, 200, 200, 128, 0, 0, VCATTN_DTYPE_F32, 0, "vc"};
+    shape_t s = {"bad", 1, 2, 2, 200, 200, 128, 0, 0, VCATTN_DTYPE_F32, 0, "vc", 0};
     inputs_t in;
     make_inputs(&s, &in);
     output_t o;
@@ -406,7 +418,7 @@ static void run_bad_input(vcattn_context *gpu) {
 #ifdef VCATTN_WITH_CUDA
 /* Tensors already on the GPU are used in place: same bits as the staged path. */
 static void run_device_resident(vcattn_context *gpu) {
-    shape_t s = {"device", 2, 4, 4, 300, 500, 64, 0, 0, VCATTN_DTYPE_BF16, 0, "vc"};
+    shape_t s = {"device", 2, 4, 4, 300, 500, 64, 0, 0, VCATTN_DTYPE_BF16, 0, "vc", 0};
     inputs_t in;
     make_inputs(&s, &in);
     output_t host_out, dev_back;
@@ -448,17 +460,18 @@ int main(void) {
     vcattn_create(&cpu, VCATTN_BACKEND_CPU);
     vcattn_create(&gpu, VCATTN_BACKEND_CUDA);
     static const shape_t shapes[] = {
-        {"N=1", 1, 2, 2, 1, 1, 128, 0, 0, VCATTN_DTYPE_F32, 0, NULL},
-        {"N=17", 1, 2, 2, 17, 17, 128, 0, 0, VCATTN_DTYPE_F32, 0, NULL},
-        {"N=127 rope", 1, 2, 2, 127, 127, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL},
-        {"N=128", 1, 2, 2, 128, 128, 128, 0, 0, VCATTN_DTYPE_F32, 0, NULL},
-        {"N=129 fp16", 1, 2, 2, 129, 129, 128, 0, 0, VCATTN_DTYPE_F16, 0, NULL},
-        {"Nq=1000 Nk=4097 rope", 1, 2, 2, 1000, 4097, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL},
-        {"B=2 GQA 8/2 NHD", 2, 8, 2, 700, 900, 128, 1, 0, VCATTN_DTYPE_BF16, 1, NULL},
-        {"strided rows", 1, 3, 3, 640, 333, 128, 0, 8, VCATTN_DTYPE_BF16, 0, NULL},
-        {"D=64 B=2 NHD", 2, 4, 4, 1000, 1000, 64, 1, 0, VCATTN_DTYPE_BF16, 1, NULL},
-        {"D=64 N=17", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, NULL},
-        {"B=2 H=33000: grid.y > 65535", 2, 33000, 33000, 8, 8, 64, 0, 0, VCATTN_DTYPE_BF16, 0, NULL},
+        {"N=1", 1, 2, 2, 1, 1, 128, 0, 0, VCATTN_DTYPE_F32, 0, NULL, 0},
+        {"N=17", 1, 2, 2, 17, 17, 128, 0, 0, VCATTN_DTYPE_F32, 0, NULL, 0},
+        {"N=127 rope", 1, 2, 2, 127, 127, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL, 0},
+        {"N=128", 1, 2, 2, 128, 128, 128, 0, 0, VCATTN_DTYPE_F32, 0, NULL, 0},
+        {"N=129 fp16", 1, 2, 2, 129, 129, 128, 0, 0, VCATTN_DTYPE_F16, 0, NULL, 0},
+        {"Nq=1000 Nk=4097 rope", 1, 2, 2, 1000, 4097, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL, 0},
+        {"B=2 GQA 8/2 NHD", 2, 8, 2, 700, 900, 128, 1, 0, VCATTN_DTYPE_BF16, 1, NULL, 0},
+        {"strided rows", 1, 3, 3, 640, 333, 128, 0, 8, VCATTN_DTYPE_BF16, 0, NULL, 0},
+        {"D=64 B=2 NHD", 2, 4, 4, 1000, 1000, 64, 1, 0, VCATTN_DTYPE_BF16, 1, NULL, 0},
+        {"D=64 N=17", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, NULL, 0},
+        {"B=2 H=33000: grid.y > 65535", 2, 33000, 33000, 8, 8, 64, 0, 0, VCATTN_DTYPE_BF16, 0, NULL, 0},
+        {"sink tokens", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL, 1},
     };
     static const char *const methods[] = {"sage2", "vsmooth", "vc"};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
@@ -467,20 +480,21 @@ int main(void) {
             s.method = methods[m];
             run_shape(cpu, gpu, &s);
         }
-    shape_t had = {"hadamard", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+hadamard"};
+    shape_t had = {"hadamard", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+hadamard", 0};
     run_shape(cpu, gpu, &had);
     static const shape_t qsmooth_shapes[] = {  /* Q smoothing: means, per-key terms, GQA, tails, D 64 */
-        {"qsmooth B=2 GQA 8/2 NHD rope", 2, 8, 2, 700, 900, 128, 1, 0, VCATTN_DTYPE_BF16, 1, "vc+qsmooth"},
-        {"qsmooth N=129 fp16", 1, 2, 2, 129, 129, 128, 0, 0, VCATTN_DTYPE_F16, 0, "vsmooth+qsmooth"},
-        {"qsmooth D=64 tail", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, "sage2+qsmooth"},
-        {"qsmooth hadamard", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+hadamard+qsmooth"},
+        {"qsmooth B=2 GQA 8/2 NHD rope", 2, 8, 2, 700, 900, 128, 1, 0, VCATTN_DTYPE_BF16, 1, "vc+qsmooth", 0},
+        {"qsmooth N=129 fp16", 1, 2, 2, 129, 129, 128, 0, 0, VCATTN_DTYPE_F16, 0, "vsmooth+qsmooth", 0},
+        {"qsmooth D=64 tail", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, "sage2+qsmooth", 0},
+        {"qsmooth hadamard", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+hadamard+qsmooth", 0},
     };
     for (size_t i = 0; i < sizeof qsmooth_shapes / sizeof qsmooth_shapes[0]; i++)
         if (wanted(&qsmooth_shapes[i])) run_shape(cpu, gpu, &qsmooth_shapes[i]);
     static const shape_t quant_shapes[] = {
-        {"N=1000 rope", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc"},
-        {"N=333 NHD D64 hadamard", 2, 2, 2, 333, 4097, 64, 1, 0, VCATTN_DTYPE_F16, 1, "vc+hadamard"},
-        {"N=129 fp32 strided", 1, 2, 1, 129, 129, 128, 0, 8, VCATTN_DTYPE_F32, 0, "sage2"},
+        {"N=1000 rope", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc", 0},
+        {"N=333 NHD D64 hadamard", 2, 2, 2, 333, 4097, 64, 1, 0, VCATTN_DTYPE_F16, 1, "vc+hadamard", 0},
+        {"N=129 fp32 strided", 1, 2, 1, 129, 129, 128, 0, 8, VCATTN_DTYPE_F32, 0, "sage2", 0},
+        {"N=1000 sink tokens", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc", 1},
     };
     for (size_t i = 0; i < sizeof quant_shapes / sizeof quant_shapes[0]; i++) {
         if (!wanted(&quant_shapes[i])) continue;

@@ -3,6 +3,9 @@
 #include "testlib.h"
 #include "vcattn.h"
 #include "vsmooth/vsmooth.h"
+#include "cpu/reference.h"
+
+#include <math.h>
 
 #include <string.h>
 
@@ -120,8 +123,61 @@ static void test_schedule(void) {
     vcattn_destroy(ctx);
 }
 
+/* The sink guard: one key with a near-zero value that some queries attend
+ * to almost exclusively (an "attention sink", as BERT's [CLS] in
+ * docs/fidelity.md), among values sharing a large mean. Demeaned, the sink
+ * becomes -mean + small and those rows inherit an error the size of the
+ * mean; guarded, its block keeps raw values and the rows stay as accurate
+ * as sage2's. QK and P exact: the value path alone. */
+static void test_sink_guard(void) {
+    enum { n = 256, d = 32, sink = 40 };
+    static float q[n * d], k[n * d], v[n * d], out[n * d];
+    static double ref[n * d];
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < d; i++) {
+            q[t * d + i] = 0.3f * frand();
+            k[t * d + i] = t == sink ? 2.0f : 0.3f * frand();
+            v[t * d + i] = t == sink ? 0.01f * frand() : 4.0f + frand();  /* |mean| ~ 23, |sink| ~ 0.03 */
+        }
+    for (int t = 0; t < n; t += 4)  /* a quarter of the queries look (almost) only at the sink */
+        for (int i = 0; i < d; i++) q[t * d + i] = 1.0f;  /* score 11.3 on the sink, ~0 elsewhere */
+    vcattn_tensor tq = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, 1, n, d);
+    vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, 1, 1, n, d);
+    vcattn_tensor tv = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, 1, 1, n, d);
+    vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, 1, n, d);
+    vcattn_reference_attention(&tq, &tk, &tv, NULL, 0.0f, ref, NULL);
+    vcattn_context *ctx;
+    vcattn_create(&ctx, VCATTN_BACKEND_CPU);
+    double worst[3];
+    const float guards[3] = {0.25f, 0.0f, 0.25f};
+    const char *methods[3] = {"vsmooth", "vsmooth", "sage2"};
+    for (int m = 0; m < 3; m++) {
+        vcattn_config c;
+        vcattn_config_from_method(methods[m], &c);
+        c.sink_guard = guards[m];
+        c.qk_format = VCATTN_QK_EXACT;  /* the value path alone */
+        c.p_format = VCATTN_P_EXACT;
+        CHECK(vcattn_attention(ctx, &c, &tq, &tk, &tv, &to, NULL, NULL, NULL) == VCATTN_OK, "sink case %d", m);
+        worst[m] = 0.0;
+        for (int t = 0; t < n; t += 4) {  /* the rows that read the sink */
+            double e = 0.0, r = 0.0;
+            for (int i = 0; i < d; i++) {
+                e += (out[t * d + i] - ref[t * d + i]) * (out[t * d + i] - ref[t * d + i]);
+                r += ref[t * d + i] * ref[t * d + i];
+            }
+            worst[m] = fmax(worst[m], sqrt(e / r));
+        }
+    }
+    printf("sink rows, value path: guarded %.4f, demeaned %.4f, sage2 %.4f\n", worst[0], worst[1], worst[2]);
+    CHECK(worst[1] > 4.0 * worst[0], "sink rows: demeaned %.4f should be far worse than guarded %.4f", worst[1],
+          worst[0]);
+    CHECK(worst[0] <= 1.5 * worst[2] + 1e-3, "sink rows: guarded vsmooth %.4f vs sage2 %.4f", worst[0], worst[2]);
+    vcattn_destroy(ctx);
+}
+
 int main(void) {
     test_kmeans();
     test_schedule();
+    test_sink_guard();
     return tl_finish("test_vsmooth");
 }

@@ -24,7 +24,8 @@ class Config(ctypes.Structure):
                 ("kmeans_warm_iters", ctypes.c_int), ("kmeans_seed", ctypes.c_uint64),
                 ("group_window", ctypes.c_float), ("group_refresh", ctypes.c_int),
                 ("demean_outside_window", ctypes.c_int), ("check_finite", ctypes.c_int),
-                ("num_threads", ctypes.c_int), ("q_smoothing", ctypes.c_int)]
+                ("num_threads", ctypes.c_int), ("q_smoothing", ctypes.c_int),
+                ("sink_guard", ctypes.c_float)]
 
 
 def find_library():

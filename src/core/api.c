@@ -189,6 +189,8 @@ static vcattn_status check_config(vcattn_context *ctx, const vcattn_config *c, i
         c->kmeans_warm_iters < 1)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "config: kmeans_clusters must be in [0, 4096] (0 = auto) and the iteration counts >= 1");
+    if (!(c->sink_guard >= 0.0f && c->sink_guard <= 1.0f))
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: sink_guard must be in [0, 1]");
     if (!(c->group_window >= 0.0f && c->group_window <= 1.0f) || c->group_refresh < 1)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "config: group_window must be in [0, 1] and group_refresh >= 1");

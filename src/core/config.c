@@ -23,6 +23,7 @@ vcattn_config vcattn_config_default(void) {
     c.demean_outside_window = 0;
     c.check_finite = 1;
     c.num_threads = 0;
+    c.sink_guard = 0.25f;
     return c;
 }
 

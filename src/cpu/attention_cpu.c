@@ -143,7 +143,7 @@ static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const 
         }
     }
     if ((st = quantize_scores(cfg->qk_format, 1, kp, n, d, &kv->k))) goto done;
-    st = quantize_values(cfg->v_format, plan != VCATTN_GROUP_NONE, vp, n, d, &kv->v);
+    st = quantize_values(cfg->v_format, plan != VCATTN_GROUP_NONE, cfg->sink_guard, vp, n, d, &kv->v);
 done:
     free(kx); free(vx); free(kp); free(vp);
     return st;
@@ -463,7 +463,7 @@ vcattn_status cpu_quantize_for_test(vcattn_context *ctx, const vcattn_config *cf
 vcattn_status cpu_value_roundtrip(const vcattn_config *cfg, const float *v, int64_t n,
                                   int64_t d, float *v_hat) {
     value_operand op;
-    vcattn_status st = quantize_values(cfg->v_format, cfg->vsmooth, v, n, d, &op);
+    vcattn_status st = quantize_values(cfg->v_format, cfg->vsmooth, cfg->sink_guard, v, n, d, &op);
     if (st) return st;
     for (int64_t t = 0; t < n; t++) {
         int64_t tile = t / VCATTN_TILE;

@@ -119,7 +119,25 @@ vcattn_status quantize_scores(vcattn_qk_format fmt, int is_key, const float *x, 
 #define MEAN_HEADROOM_FP8 128.0f    /* 448 * 128 = 57344 < 65504 */
 #define MEAN_HEADROOM_FP4 20.0f     /* 2688 * 20 = 53760 < 65504 */
 
-static void block_means(const float *v, int64_t n, int64_t d, float *mean) {
+/* V-Smooth's sink guard: does the block hold a token far smaller than its
+ * mean? Demeaning would turn it into -mean + small, whose FP8 error scales
+ * with the mean instead of its own norm (docs/fidelity.md). */
+static int block_has_sink(const float *v, int64_t t0, int64_t t1, int64_t d, const float *mean,
+                          float sink_guard) {
+    double mean2 = 0.0;
+    for (int64_t i = 0; i < d; i++) mean2 += (double)mean[i] * (double)mean[i];
+    const double bound = (double)sink_guard * (double)sink_guard * mean2;
+    for (int64_t r = t0; r < t1; r++) {
+        const float *x = v + r * d;
+        double e[4] = {0.0, 0.0, 0.0, 0.0};  /* four chains over i mod 4: the GPU's order (d % 8 == 0) */
+        for (int64_t i = 0; i < d; i += 4)
+            for (int c = 0; c < 4; c++) e[c] += (double)x[i + c] * (double)x[i + c];
+        if ((e[0] + e[1]) + (e[2] + e[3]) < bound) return 1;
+    }
+    return 0;
+}
+
+static void block_means(const float *v, int64_t n, int64_t d, float sink_guard, float *mean) {
     for (int64_t t0 = 0, j = 0; t0 < n; t0 += VCATTN_TILE, j++) {
         int64_t t1 = t0 + VCATTN_TILE < n ? t0 + VCATTN_TILE : n;
         for (int64_t i = 0; i < d; i++) {
@@ -127,6 +145,8 @@ static void block_means(const float *v, int64_t n, int64_t d, float *mean) {
             for (int64_t r = t0; r < t1; r++) s += v[r * d + i];
             mean[j * d + i] = (float)(s / (double)(t1 - t0));
         }
+        if (sink_guard > 0.0f && block_has_sink(v, t0, t1, d, mean + j * d, sink_guard))
+            memset(mean + j * d, 0, (size_t)d * sizeof *mean);
     }
 }
 
@@ -189,7 +209,7 @@ static void nvfp4_values(const float *r, int64_t n, int64_t d, value_operand *op
         for (int64_t i = 0; i < op->tiles * d; i++) op->mean[i] = vcattn_round_f16(op->mean[i] / ts);
 }
 
-vcattn_status quantize_values(vcattn_v_format fmt, int demean, const float *v, int64_t n,
+vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard, const float *v, int64_t n,
                               int64_t d, value_operand *op) {
     memset(op, 0, sizeof *op);
     op->n = n;
@@ -207,7 +227,7 @@ vcattn_status quantize_values(vcattn_v_format fmt, int demean, const float *v, i
     /* Residual (into op->val for now): V minus its block mean. */
     memcpy(op->val, v, (size_t)(n * d) * sizeof(float));
     if (demean) {
-        block_means(v, n, d, op->mean);
+        block_means(v, n, d, sink_guard, op->mean);
         for (int64_t t = 0; t < n; t++)
             for (int64_t i = 0; i < d; i++) op->val[t * d + i] -= op->mean[(t / VCATTN_TILE) * d + i];
     }

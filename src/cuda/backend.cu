@@ -368,7 +368,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
                           op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, max_norm,
                           qmean, cs.stream)) ||
         (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * 1.4426950408889634f, ck, cs.stream))) ||
-        (err = quantize_v(in.v, ck, op->perm, c.grouped, op->tile_mean, tile_amax, chan_inv, op->chan_mul,
+        (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->tile_mean, tile_amax, chan_inv, op->chan_mul,
                           op->v_records, cs.stream)))
         return cs.cuda_fail(err, "quantization");
     return VCATTN_OK;

@@ -58,9 +58,10 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
 cudaError_t check_score_bound(const float *max_norm, float score_mul, const quant_common &c,
                               cudaStream_t stream);
 
-// V: gather by perm (may be NULL), block means (when demean), per-channel E4M3
-// residual written transposed with the block means. Workspace: T*D floats x 2.
-cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean,
+// V: gather by perm (may be NULL), block means (when demean; 0 for a block
+// the sink guard keeps, as the CPU decides), per-channel E4M3 residual
+// written transposed with the block means. Workspace: T*D floats x 2.
+cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean, float sink_guard,
                        float *tile_mean, float *tile_amax, float *chan_inv, float *chan_mul,
                        uint8_t *records, cudaStream_t stream);
 

@@ -11,7 +11,8 @@
 
 namespace {
 
-constexpr int kRowThreads = 256;
+constexpr int kRowThreads = 256;  // >= 128: one thread per row of a tile where needed
+constexpr int kMaxHeadDim = 128;
 constexpr int kMeanChunk = 1024;  // keys per partial sum of the K channel mean
 constexpr int kMeanLanes = 8;     // token lanes per block of that sum
 
@@ -188,7 +189,9 @@ struct row_args {
 // transformed in place, with the arithmetic of the CPU's prepare_q /
 // prepare_kv (same products and sums, same bits); returns the row's amax.
 // mean: the lane's E elements of the K channel mean (used when a.kmean).
-template <int D, bool IS_KEY>
+// QSMOOTH: a.qmean is set (a template argument, so the plain path carries
+// none of Q smoothing's registers: it cost the rows kernels 0.7 ms at Wan2.2).
+template <int D, bool IS_KEY, bool QSMOOTH>
 __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, int n, int src,
                                                const float (&mean)[D / 32], const float (&qm)[D / 32],
                                                float *x, float &norm2_max) {
@@ -213,7 +216,7 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
         for (int k = 0; k < E; k++) s += x[k] * x[k];
         norm2_max = fmaxf(norm2_max, warp_sum(s));
     }
-    if (a.qmean) {
+    if constexpr (QSMOOTH) {
         if constexpr (IS_KEY) {
             // Q smoothing's term of this key for each query head of the group:
             // sm_scale log2(e) (mean_q . k), k as scored (before the Hadamard).
@@ -280,7 +283,7 @@ __device__ __forceinline__ uint32_t int8_codes(const float *x, float inv_scale) 
 // registers until the scales are known; codes staged row-major (rows padded
 // by 16 bytes: the 16-byte reads of the copy-out hit distinct banks), then
 // written out in the tile image order, 16 bytes per thread.
-template <int D, bool IS_KEY>
+template <int D, bool IS_KEY, bool QSMOOTH>
 __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) {
     constexpr int R = IS_KEY ? VC_KV_ROWS : VC_Q_ROWS, E = D / 32, WARPS = kRowThreads / 32;
     constexpr int RPW = R / WARPS, LD = D + 16;
@@ -293,7 +296,7 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) 
     const int tiles = gridDim.x;
 
     float qm[E] = {};
-    if (!IS_KEY && a.qmean) {
+    if constexpr (!IS_KEY && QSMOOTH) {
 #pragma unroll
         for (int k = 0; k < E; k++) qm[k] = a.qmean[head * D + lane * E + k];
     }
@@ -320,7 +323,7 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) 
     for (int i = 0; i < RPW; i++) {
         const int r = warp + WARPS * i, n = tile * R + r;
         float amax = 0.0f;
-        if (IS_KEY && a.qmean && !valid[i] && lane == 0) {  // keys past the end: term 0 (masked anyway)
+        if (IS_KEY && QSMOOTH && !valid[i] && lane == 0) {  // keys past the end: term 0 (masked anyway)
             const int64_t heads_q = (int64_t)a.c.heads * a.group;
             for (int g = 0; g < a.group; g++) {
                 const int64_t qh = (int64_t)b * heads_q + (int64_t)h * a.group + g;
@@ -331,7 +334,7 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) 
             if (a.c.check_finite)
 #pragma unroll
                 for (int k = 0; k < E; k++) checked(x[i][k], a.c);
-            amax = transform_row<D, IS_KEY>(a, head, n, src[i], mean, qm, x[i], norm2_max);
+            amax = transform_row<D, IS_KEY, QSMOOTH>(a, head, n, src[i], mean, qm, x[i], norm2_max);
         }
         if constexpr (IS_KEY) {
             if (lane == 0) row_amax[r] = amax;
@@ -380,15 +383,20 @@ struct v_args {
     quant_common c;
     const int32_t *perm;
     int demean;
+    float sink_guard;
     float *tile_mean, *tile_amax, *chan_inv, *chan_mul;
     uint8_t *records;
 };
 
 // The tile's block mean (double, row order, as the CPU) and the amax of the
 // residual per channel, from one read of the rows: with RN monotone,
-// max |RN(x - mean)| = max(RN(max x - mean), RN(mean - min x)).
+// max |RN(x - mean)| = max(RN(max x - mean), RN(mean - min x)). The sink
+// guard zeroes the mean of a tile holding a token of squared norm below
+// sink_guard^2 |mean|^2, with the CPU's double sums in the CPU's order.
 __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     extern __shared__ float rows[];  // [128][D + 4]
+    __shared__ float mean_s[kMaxHeadDim], hi_s[kMaxHeadDim], lo_s[kMaxHeadDim];
+    __shared__ double bound;
     const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim, ld = d + 4;
     const int64_t head = (int64_t)b * a.c.heads + h;
     const int n0 = tile * VC_KV_ROWS, count = min(VC_KV_ROWS, a.c.tokens - n0);
@@ -403,10 +411,33 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
             hi = fmaxf(hi, x);
             lo = fminf(lo, x);
         }
-        const float mean = a.demean ? (float)(s / (double)count) : 0.0f;
+        mean_s[ch] = a.demean ? (float)(s / (double)count) : 0.0f;
+        hi_s[ch] = hi;
+        lo_s[ch] = lo;
+    }
+    __syncthreads();
+    const bool guard = a.demean && a.sink_guard > 0.0f;
+    if (guard && threadIdx.x == 0) {
+        double mean2 = 0.0;
+        for (int i = 0; i < d; i++) mean2 += (double)mean_s[i] * (double)mean_s[i];
+        bound = (double)a.sink_guard * (double)a.sink_guard * mean2;
+    }
+    __syncthreads();
+    int sink = 0;
+    if (guard && threadIdx.x < count) {  // four chains over i mod 4, as the CPU
+        const float *x = rows + threadIdx.x * ld;
+        double e[4] = {0.0, 0.0, 0.0, 0.0};
+        for (int i = 0; i < d; i += 4)
+#pragma unroll
+            for (int c = 0; c < 4; c++) e[c] += (double)x[i + c] * (double)x[i + c];
+        sink = (e[0] + e[1]) + (e[2] + e[3]) < bound;
+    }
+    sink = __syncthreads_or(sink);
+    for (int ch = threadIdx.x; ch < d; ch += kRowThreads) {
+        const float mean = sink ? 0.0f : mean_s[ch];
         const int64_t at = (head * gridDim.x + tile) * d + ch;
         a.tile_mean[at] = mean;
-        a.tile_amax[at] = fmaxf(fmaxf(hi - mean, mean - lo), 0.0f);
+        a.tile_amax[at] = fmaxf(fmaxf(hi_s[ch] - mean, mean - lo_s[ch]), 0.0f);
     }
 }
 
@@ -493,14 +524,20 @@ cudaError_t k_channel_mean(const dev_tensor &k, const dev_rope &rope, const quan
     return cudaGetLastError();
 }
 
+template <int D, bool IS_KEY>
+static void launch_rows_for(const row_args &a, dim3 grid, cudaStream_t stream) {
+    if (a.qmean) quantize_rows_kernel<D, IS_KEY, true><<<grid, kRowThreads, 0, stream>>>(a);
+    else quantize_rows_kernel<D, IS_KEY, false><<<grid, kRowThreads, 0, stream>>>(a);
+}
+
 static cudaError_t launch_rows(bool is_key, const row_args &a, int tiles, cudaStream_t stream) {
     const dim3 grid(tiles, a.c.heads, a.c.batch);
     if (a.c.head_dim == 128) {
-        if (is_key) quantize_rows_kernel<128, true><<<grid, kRowThreads, 0, stream>>>(a);
-        else quantize_rows_kernel<128, false><<<grid, kRowThreads, 0, stream>>>(a);
+        if (is_key) launch_rows_for<128, true>(a, grid, stream);
+        else launch_rows_for<128, false>(a, grid, stream);
     } else if (a.c.head_dim == 64) {
-        if (is_key) quantize_rows_kernel<64, true><<<grid, kRowThreads, 0, stream>>>(a);
-        else quantize_rows_kernel<64, false><<<grid, kRowThreads, 0, stream>>>(a);
+        if (is_key) launch_rows_for<64, true>(a, grid, stream);
+        else launch_rows_for<64, false>(a, grid, stream);
     } else {
         return cudaErrorInvalidValue;
     }
@@ -532,10 +569,10 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
 }
 
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean,
-                       float *tile_mean, float *tile_amax, float *chan_inv, float *chan_mul,
+                       float sink_guard, float *tile_mean, float *tile_amax, float *chan_inv, float *chan_mul,
                        uint8_t *records, cudaStream_t stream) {
     const int tiles = (c.tokens + VC_KV_ROWS - 1) / VC_KV_ROWS;
-    v_args a = {v, c, perm, demean, tile_mean, tile_amax, chan_inv, chan_mul, records};
+    v_args a = {v, c, perm, demean, sink_guard, tile_mean, tile_amax, chan_inv, chan_mul, records};
     const dim3 grid(tiles, c.heads, c.batch);
     const int smem = VC_KV_ROWS * (c.head_dim + 4) * (int)sizeof(float);
     cudaError_t err;
