@@ -90,6 +90,9 @@ check "eval --methods" 0 "vc+hadamard" "sage2 " -- eval --workload tiny --method
 check "eval --methods unknown" 2 "unknown method 'nope'" -- eval --methods sage2,nope
 check "run --methods" 2 "--methods belongs to eval" -- run --methods sage2
 check "eval --q-smoothing" 0 '"q_smoothing": true' -- run --workload tiny --method vc --q-smoothing --backend cpu --json
+check "run --sink-guard" 0 '"sink_guard": 0' -- run --workload tiny --sink-guard 0 --backend cpu --json
+check "run --sink-guard out of range" 2 "--sink-guard" -- run --workload tiny --sink-guard 2
+
 # Captured tensors of a pretrained transformer (tools/capture_minilm.py):
 # eval and the studies on .npy inputs; the ExpCast bound holds on every row.
 data=$(dirname "$0")/data

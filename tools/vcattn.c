@@ -68,6 +68,7 @@ static const char USAGE_RUN[] =
     "  --v exact|fp8-channel|fp8-block|nvfp4   (also --v-format; any other --v\n"
     "                                         value is the V file)\n"
     "  --clusters N   --iters N   --beta X   --sm-scale X (0 = 1/sqrt(D))\n"
+    "  --sink-guard X  V-Smooth's sink guard in [0, 1] (0 = off; default 0.25)\n"
     "\n"
     "Options:\n"
     "  --backend cpu|cuda|auto   (default auto)\n"
@@ -239,14 +240,14 @@ typedef struct {
     int n_methods;                       /* 0: the default list */
     /* switches on top of the method: -1 (floats: NAN) = as the method says */
     int hadamard, k_smoothing, vsmooth, qk, p, v, clusters, iters, q_smoothing;
-    float beta, sm_scale;
+    float beta, sm_scale, sink_guard;
 } options;
 
 typedef enum {
     OPT_HELP, OPT_JSON, OPT_Q, OPT_K, OPT_V, OPT_V_FORMAT, OPT_BF16, OPT_LAYOUT, OPT_WORKLOAD,
     OPT_SEED, OPT_METHOD, OPT_BACKEND, OPT_DTYPE, OPT_THREADS, OPT_OUT, OPT_HADAMARD,
     OPT_NO_HADAMARD, OPT_K_SMOOTHING, OPT_NO_K_SMOOTHING, OPT_VSMOOTH, OPT_NO_VSMOOTH, OPT_QK,
-    OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS, OPT_Q_SMOOTHING
+    OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS, OPT_Q_SMOOTHING, OPT_SINK_GUARD
 } opt_id;
 
 typedef struct {
@@ -272,6 +273,7 @@ static const opt_spec OPTS[] = {
     {"--qk", OPT_QK, 1, 1},           {"--p", OPT_P, 1, 1},
     {"--clusters", OPT_CLUSTERS, 1, 1}, {"--iters", OPT_ITERS, 1, 1},
     {"--beta", OPT_BETA, 1, 1},       {"--sm-scale", OPT_SM_SCALE, 1, 1},
+    {"--sink-guard", OPT_SINK_GUARD, 1, 1},
     {"--study", OPT_STUDY, 1, 0},     {"--methods", OPT_METHODS, 1, 0},
 };
 #define NUM_OPTS (sizeof OPTS / sizeof OPTS[0])
@@ -380,6 +382,10 @@ static int parse_options(int argc, char **argv, options *o) {
                 return usage_error(cmd, "--iters: '%s' is not an integer in [1, 100000]", val);
             o->iters = (int)n;
             break;
+        case OPT_SINK_GUARD:
+            if (!parse_float(val, 0.0, 1.0, 0, &o->sink_guard))
+                return usage_error(cmd, "--sink-guard: '%s' is not a number in [0, 1]", val);
+            break;
         case OPT_BETA:
             if (!parse_float(val, -1.0, 1.0, 1, &o->beta))
                 return usage_error(cmd, "--beta: '%s' is not a number in (-1, 1)", val);
@@ -441,6 +447,7 @@ static vcattn_config build_config(const options *o) {
     if (o->clusters >= 0) c.kmeans_clusters = o->clusters;
     if (o->iters >= 0) c.kmeans_iters = o->iters;
     if (!isnan(o->beta)) c.expcast_beta = o->beta;
+    if (!isnan(o->sink_guard)) c.sink_guard = o->sink_guard;
     if (!isnan(o->sm_scale)) c.sm_scale = o->sm_scale;
     c.num_threads = o->threads;
     return c;
@@ -596,11 +603,11 @@ static void json_config(const vcattn_config *c) {
      * library keeps them finite. */
     printf("{\"qk\": \"%s\", \"k_smoothing\": %s, \"q_smoothing\": %s, \"hadamard\": %s, \"sm_scale\": %.7g, "
            "\"p\": \"%s\", \"expcast_beta\": %.7g, \"v\": \"%s\", \"vsmooth\": %s, "
-           "\"kmeans_clusters\": %d, \"kmeans_iters\": %d}",
+           "\"kmeans_clusters\": %d, \"kmeans_iters\": %d, \"sink_guard\": %.7g}",
            name_of(QK_NAMES, c->qk_format), c->k_smoothing ? "true" : "false", c->q_smoothing ? "true" : "false",
            c->hadamard ? "true" : "false", c->sm_scale, name_of(P_NAMES, c->p_format),
            c->expcast_beta, name_of(V_NAMES, c->v_format), c->vsmooth ? "true" : "false",
-           c->kmeans_clusters, c->kmeans_iters);
+           c->kmeans_clusters, c->kmeans_iters, c->sink_guard);
 }
 
 static void print_config(const vcattn_config *c) {
@@ -610,6 +617,7 @@ static void print_config(const vcattn_config *c) {
            name_of(V_NAMES, c->v_format), c->vsmooth ? "on" : "off");
     if (c->vsmooth && c->kmeans_clusters) printf(" (%d clusters, %d iters)", c->kmeans_clusters, c->kmeans_iters);
     else if (c->vsmooth) printf(" (auto clusters, %d iters)", c->kmeans_iters);
+    if (c->vsmooth) printf(", sink guard %.3g", c->sink_guard);
     if (c->p_format == VCATTN_P_FP8_EXPCAST) printf(", beta %.3g", c->expcast_beta);
     if (c->sm_scale > 0.0f) printf(", sm_scale %.6g", c->sm_scale);
 }
@@ -1137,7 +1145,7 @@ int main(int argc, char **argv) {
     o.backend = VCATTN_BACKEND_AUTO;
     o.dtype = VCATTN_DTYPE_BF16;
     o.hadamard = o.k_smoothing = o.vsmooth = o.qk = o.p = o.v = o.clusters = o.iters = -1;
-    o.beta = o.sm_scale = NAN;
+    o.beta = o.sm_scale = o.sink_guard = NAN;
     int rc = parse_options(argc, argv, &o);
     if (rc != PROCEED) return rc;
     if (!o.q_path && !o.workload) o.workload = "small";
