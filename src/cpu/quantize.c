@@ -116,6 +116,7 @@ vcattn_status quantize_scores(vcattn_qk_format fmt, int is_key, const float *x, 
 /* Means are stored in 16 bits in code units (divided by the scale), so the
  * scale may not be so small that |mean| / scale overflows binary16: it is
  * floored at max|mean| / MEAN_HEADROOM codes. */
+#define HUGE_V 0x1p64f                 /* values past this are rescaled by a power of two */
 #define MEAN_HEADROOM_FP8 128.0f    /* 448 * 128 = 57344 < 65504 */
 #define MEAN_HEADROOM_FP4 20.0f     /* 2688 * 20 = 53760 < 65504 */
 
@@ -185,6 +186,36 @@ static void fp8_values_per_tile(const float *r, int64_t n, int64_t d, value_oper
                 op->mean[j * d + c] = vcattn_round_f16(op->mean[j * d + c] * inv);
         op->tile_mul[j] = scale;
     }
+    /* Tile scales near the float maximum would overflow the tile's partial
+     * product (up to 128 * 256 * 448); move their common power of two into
+     * the channel multiplier, applied after the division by the row sum. */
+    float top = 0.0f;
+    for (int64_t j = 0; j < op->tiles; j++) top = fmaxf(top, op->tile_mul[j]);
+    if (top > HUGE_V) {
+        const int e = ilogbf(top);
+        for (int64_t j = 0; j < op->tiles; j++) op->tile_mul[j] = ldexpf(op->tile_mul[j], -e);
+        for (int64_t c = 0; c < d; c++) op->chan_mul[c] = ldexpf(1.0f, e);
+    }
+}
+
+/* Exact values near the float maximum would overflow the accumulators (a sum
+ * of up to Nk values times P <= 256): such a channel is scaled by a power of
+ * two (exact) and the channel multiplier undoes it after the division. */
+static void exact_values(float *val, int64_t n, int64_t d, value_operand *op) {
+    for (int64_t c = 0; c < d; c++) {
+        float a = 0.0f;
+        for (int64_t t = 0; t < n; t++) a = fmaxf(a, fabsf(val[t * d + c]));
+        if (op->mean)
+            for (int64_t j = 0; j < op->tiles; j++) a = fmaxf(a, fabsf(op->mean[j * d + c]));
+        op->chan_mul[c] = 1.0f;
+        if (a > HUGE_V) {
+            const int e = ilogbf(a);
+            for (int64_t t = 0; t < n; t++) val[t * d + c] = ldexpf(val[t * d + c], -e);
+            if (op->mean)
+                for (int64_t j = 0; j < op->tiles; j++) op->mean[j * d + c] = ldexpf(op->mean[j * d + c], -e);
+            op->chan_mul[c] = ldexpf(1.0f, e);
+        }
+    }
 }
 
 /* NVFP4 along the contraction (token) axis: 16 consecutive tokens of one
@@ -232,9 +263,7 @@ vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard,
             for (int64_t i = 0; i < d; i++) op->val[t * d + i] -= op->mean[(t / VCATTN_TILE) * d + i];
     }
     switch (fmt) {
-    case VCATTN_V_EXACT:
-        for (int64_t c = 0; c < d; c++) op->chan_mul[c] = 1.0f;
-        break;  /* residual and means stay in float32: demeaning is exact */
+    case VCATTN_V_EXACT: exact_values(op->val, n, d, op); break;  /* demeaning stays exact */
     case VCATTN_V_FP8_CHANNEL: fp8_values_per_channel(op->val, n, d, op); break;
     case VCATTN_V_FP8_BLOCK: fp8_values_per_tile(op->val, n, d, op); break;
     case VCATTN_V_NVFP4: nvfp4_values(op->val, n, d, op); break;
