@@ -123,6 +123,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cfg.check_finite = take(&in, 4) != 0;           /* mostly on */
     if (take(&in, 4) == 0) cfg.hadamard = !cfg.hadamard;
     if (take(&in, 8) == 0) cfg.q_smoothing = 1;
+    if (take(&in, 8) == 0) cfg.sink_guard = 0.5f * (float)take(&in, 4) - 0.25f;  /* -0.25 and 1.25 are invalid */
     if (take(&in, 8) == 0) cfg.kmeans_clusters = (int)take(&in, 40);
     if (take(&in, 8) == 0) cfg.sm_scale = (float)take(&in, 4) - 1.0f;   /* -1 is invalid */
 
