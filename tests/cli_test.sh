@@ -83,7 +83,9 @@ check "output reads back as input" 0 "cosine" -- \
 check "eval --study studies" 0 "balanced k-means" "rows over the bound 3.6368% + tau: 0" -- \
     eval --study studies --workload tiny
 check "eval --study json" 0 '"violations": 0' '"order": "k-means' -- eval --study studies --workload tiny --json
-check "eval --study all" 0 "== hunyuan-small ==" "rows over the bound 3.6368% + tau: 0" -- eval --study all
+check "eval --study all --size small" 0 "== hunyuan-small ==" "rows over the bound 3.6368% + tau: 0" \
+    "K channel-mean energy share" -- eval --study all --size small
+check "eval --size full" 2 "only the small presets" -- eval --study all --size full
 check "eval --study unknown" 2 "unknown study 'table1'" -- eval --study table1
 check "run --study" 2 "--study belongs to eval" -- run --study orders
 check "eval --methods" 0 "vc+hadamard" "sage2 " -- eval --workload tiny --methods sage2,vc+hadamard

@@ -101,7 +101,8 @@ static const char USAGE_EVAL[] =
     "                            minutes), stats (K channel offsets, V outlier\n"
     "                            tokens, attention entropy), studies (orders,\n"
     "                            expcast and stats) or all (studies on every\n"
-    "                            -small preset)\n"
+    "                            -small preset; --size small, the only\n"
+    "                            size the CPU studies take)\n"
     "  --json                    one JSON object on stdout\n";
 
 static const char USAGE_EXPCAST[] =
@@ -247,7 +248,7 @@ typedef enum {
     OPT_HELP, OPT_JSON, OPT_Q, OPT_K, OPT_V, OPT_V_FORMAT, OPT_BF16, OPT_LAYOUT, OPT_WORKLOAD,
     OPT_SEED, OPT_METHOD, OPT_BACKEND, OPT_DTYPE, OPT_THREADS, OPT_OUT, OPT_HADAMARD,
     OPT_NO_HADAMARD, OPT_K_SMOOTHING, OPT_NO_K_SMOOTHING, OPT_VSMOOTH, OPT_NO_VSMOOTH, OPT_QK,
-    OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS, OPT_Q_SMOOTHING, OPT_SINK_GUARD
+    OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS, OPT_Q_SMOOTHING, OPT_SINK_GUARD, OPT_SIZE
 } opt_id;
 
 typedef struct {
@@ -273,7 +274,7 @@ static const opt_spec OPTS[] = {
     {"--qk", OPT_QK, 1, 1},           {"--p", OPT_P, 1, 1},
     {"--clusters", OPT_CLUSTERS, 1, 1}, {"--iters", OPT_ITERS, 1, 1},
     {"--beta", OPT_BETA, 1, 1},       {"--sm-scale", OPT_SM_SCALE, 1, 1},
-    {"--sink-guard", OPT_SINK_GUARD, 1, 1},
+    {"--sink-guard", OPT_SINK_GUARD, 1, 1}, {"--size", OPT_SIZE, 1, 0},
     {"--study", OPT_STUDY, 1, 0},     {"--methods", OPT_METHODS, 1, 0},
 };
 #define NUM_OPTS (sizeof OPTS / sizeof OPTS[0])
@@ -381,6 +382,13 @@ static int parse_options(int argc, char **argv, options *o) {
             if (!parse_long(val, 1, 100000, &n))
                 return usage_error(cmd, "--iters: '%s' is not an integer in [1, 100000]", val);
             o->iters = (int)n;
+            break;
+        case OPT_SIZE:
+            if (run) return usage_error(cmd, "--size belongs to eval --study all");
+            if (strcmp(val, "small") != 0)
+                return usage_error(cmd, "--size: '%s' is not available: the studies run on the CPU, where only "
+                                        "the small presets take minutes (full-size fidelity: vcattn eval "
+                                        "--workload wan2.2-720p --backend cuda)", val);
             break;
         case OPT_SINK_GUARD:
             if (!parse_float(val, 0.0, 1.0, 0, &o->sink_guard))
