@@ -24,6 +24,24 @@ def raises(exc, fn, needle, what):
     check(False, "%s: no exception" % what)
 
 
+def require_cuda(name, free_gb=0):
+    """torch with a CUDA device (and free_gb of free memory), or exit 77 saying why."""
+    try:
+        import torch
+    except ImportError:
+        skip(name, "torch is not installed")
+    if not torch.cuda.is_available():
+        skip(name, "no CUDA device")
+    if free_gb and torch.cuda.mem_get_info()[0] < free_gb << 30:
+        skip(name, "needs %d GB of free GPU memory" % free_gb)
+    return torch
+
+
+def skip(name, why):
+    print("%s: SKIPPED, %s" % (name, why))
+    sys.exit(77)
+
+
 def finish(name):
     print("%s: %d passed, %d failed" % (name, counts["passed"], counts["failed"]))
     sys.exit(1 if counts["failed"] else 0)

@@ -15,21 +15,10 @@ import threading
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-try:
-    import torch
-except ImportError:
-    print("test_limits_gpu: SKIPPED, torch is not installed")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("test_limits_gpu: SKIPPED, no CUDA device")
-    sys.exit(77)
-NEED_GB = 60
-if torch.cuda.mem_get_info()[0] < NEED_GB << 30:
-    print("test_limits_gpu: SKIPPED, needs %d GB of free GPU memory" % NEED_GB)
-    sys.exit(77)
+from harness import check, finish, require_cuda  # noqa: E402
 
+torch = require_cuda("test_limits_gpu", free_gb=60)
 import vcattn  # noqa: E402
-from harness import check, finish  # noqa: E402
 
 TOL = 0.06  # relative L2 error of vc on Gaussian inputs, as test_python_gpu
 

@@ -15,16 +15,15 @@ warnings.filterwarnings("ignore", category=FutureWarning)  # yunchang's torch.ji
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from harness import check, finish, skip  # noqa: E402
+
 try:
     import torch
     import torch.distributed as dist
     import torch.multiprocessing as mp
     import yunchang
 except ImportError as e:
-    print("test_parallel: SKIPPED, %s" % e)
-    sys.exit(77)
-
-from harness import check, finish  # noqa: E402
+    skip("test_parallel", e)
 
 WORLD = 2
 B, S, H, D = 1, 640, 4, 64  # S / 2 = 320 tokens per rank: a tail tile on every chunk

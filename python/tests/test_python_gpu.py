@@ -10,17 +10,10 @@ import threading
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-try:
-    import torch
-except ImportError:
-    print("test_python_gpu: SKIPPED, torch is not installed")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("test_python_gpu: SKIPPED, no CUDA device")
-    sys.exit(77)
+from harness import check, finish, require_cuda  # noqa: E402
 
+torch = require_cuda("test_python_gpu")
 import vcattn  # noqa: E402
-from harness import check, finish  # noqa: E402
 
 torch.manual_seed(0)
 q, k, v = (torch.randn(2, 8, 1000, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
