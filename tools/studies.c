@@ -333,7 +333,7 @@ vcattn_status study_tensor_stats(const vcattn_tensor *k, const vcattn_tensor *v,
             }
             norms[t] = sqrt(e);
         }
-        mid = median(norms, n);
+        mid = median(norms, n);  /* sorts: norms[n - 1] is the largest */
         out->v_token_peak += mid > 0.0 ? norms[n - 1] / mid : 0.0;
         for (int64_t t = 0; t < n; t++) outliers += norms[t] > 3.0 * mid;
     }

@@ -474,6 +474,9 @@ typedef struct {
     char source[256];   /* where the inputs came from, for the report */
 } inputs;
 
+/* The RoPE the calls take: NULL for .npy inputs, which have none. */
+static const vcattn_rope *inputs_rope(const inputs *in) { return in->has_rope ? &in->rope : NULL; }
+
 static void inputs_free(inputs *in) {
     vcattn_workload_free(&in->w);
     for (int i = 0; i < 3; i++) {
@@ -685,7 +688,7 @@ static int cmd_run(const options *o) {
     }
     vcattn_tensor ot =
         vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, in.q.batch, in.q.heads, in.q.tokens, d);
-    const vcattn_rope *rope = in.has_rope ? &in.rope : NULL;
+    const vcattn_rope *rope = inputs_rope(&in);
     const char *backend = vcattn_backend_name(vcattn_context_backend(ctx));
 
     fprintf(stderr, "[1/2] %s on %s ...\n", o->method, backend);
@@ -786,10 +789,10 @@ static vcattn_status attention_or_cpu(vcattn_context *ctx, vcattn_context *cpu_c
                                       const vcattn_config *cfg, const inputs *in,
                                       const vcattn_tensor *out, vcattn_context **used) {
     *used = ctx;
-    vcattn_status st = vcattn_attention(ctx, cfg, &in->q, &in->k, &in->v, out, NULL, in->has_rope ? &in->rope : NULL, NULL);
+    vcattn_status st = vcattn_attention(ctx, cfg, &in->q, &in->k, &in->v, out, NULL, inputs_rope(in), NULL);
     if (st == VCATTN_ERR_UNSUPPORTED_CONFIG && cpu_ctx) {
         *used = cpu_ctx;
-        st = vcattn_attention(cpu_ctx, cfg, &in->q, &in->k, &in->v, out, NULL, in->has_rope ? &in->rope : NULL, NULL);
+        st = vcattn_attention(cpu_ctx, cfg, &in->q, &in->k, &in->v, out, NULL, inputs_rope(in), NULL);
     }
     return st;
 }
@@ -904,7 +907,7 @@ static int cmd_study(const options *o) {
     }
     if (!st && want_ex) {
         fprintf(stderr, "[study] ExpCast rows ...\n");
-        st = study_expcast_rows(&in.q, &in.k, in.has_rope ? &in.rope : NULL, cfg.sm_scale, cfg.expcast_beta, &ex);
+        st = study_expcast_rows(&in.q, &in.k, inputs_rope(&in), cfg.sm_scale, cfg.expcast_beta, &ex);
     }
     if (!st && want_stats) st = study_tensor_stats(&in.k, &in.v, &stats);
     int rc = 0;
@@ -953,7 +956,7 @@ static int cmd_eval(const options *o) {
     vcattn_tensor tpv = vcattn_tensor_bhnd(opv, VCATTN_DTYPE_F32, b, hq, nq, d);
 
     fprintf(stderr, "[0/%zu] fp64 reference ...\n", NUM_EVAL);
-    if ((st = vcattn_reference_attention(&in.q, &in.k, &in.v, in.has_rope ? &in.rope : NULL, 0.0f, ref, NULL))) {
+    if ((st = vcattn_reference_attention(&in.q, &in.k, &in.v, inputs_rope(&in), 0.0f, ref, NULL))) {
         rc = lib_error(st, "fp64 reference attention");
         goto done;
     }

@@ -5,6 +5,7 @@ import os
 
 F32, F16, BF16 = 0, 1, 2
 BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA = 0, 1, 2
+ERR_OUT_OF_MEMORY = 9  # vcattn_status
 
 
 class Tensor(ctypes.Structure):

@@ -138,7 +138,7 @@ def _raise(ctx, st):
     msg = lib().vcattn_last_error(ctx).decode() or lib().vcattn_status_string(st).decode()
     if st in (1, 2, 3, 4, 5, 6, 7):  # null, invalid, shape, dtype, head dim, config, non-finite
         raise ValueError("vcattn: " + msg)
-    if st == 9:  # out of memory
+    if st == _capi.ERR_OUT_OF_MEMORY:
         raise OutOfMemoryError("vcattn: " + msg)
     raise VcattnError("vcattn: " + msg)
 
