@@ -200,9 +200,9 @@ __device__ __forceinline__ int kv_head_of(const vc_attention_params &p, int head
 // bulk copies into a kStages-deep ring guarded by full/empty mbarriers);
 // warpgroups 1 and 2 each own 64 of the CTA's 128 query rows and take turns
 // on the tensor cores (ping-pong on two named barriers). In its turn a
-// warpgroup issues QK(j) and PV(j-1) back to back, then waits for both and
-// does update(j-1) and softmax(j) while the other warpgroup's pair runs: one
-// wgmma round trip per tile instead of two.
+// warpgroup issues PV(j-1) and QK(j) back to back, does update(j-1) as soon
+// as PV(j-1) is done (QK(j) still running), then softmax(j) while the other
+// warpgroup's pair runs: one wgmma round trip per tile instead of two.
 // ---------------------------------------------------------------------------
 constexpr int kWsThreads = 384;
 enum : uint32_t { kSchedBarrier = 1 };  // ids 1 and 2: "consumer w may issue"
@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
         __syncwarp();
         if (lane == 0) mbar_arrive(empty);
     };
-    TileP prev;  // P of tile j-1, in the A registers of its PV
+    TileP pt;  // P of the last tile through the softmax, in the A registers of its PV
     {
         int32_t sacc[64];
         mbar_wait(&sm.full_k[0], 0);
@@ -291,58 +291,51 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
 #pragma unroll
         for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
         if (!QSMOOTH) release(&sm.empty_k[0]);
-        st.softmax(sacc, k_mul[t], T == 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, prev,
+        st.softmax(sacc, k_mul[t], T == 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, pt,
                    smem_addr(sm.bias[0]));
         if (QSMOOTH) release(&sm.empty_k[0]);  // the stage's terms were read by the softmax
     }
-    // Two P buffers used in turn: a register copy between the wgmma
-    // issues would make ptxas serialize them (advisory C7513).
-    TileP next;
-    auto step = [&](int j, TileP &prev_p, TileP &cur_p) {
+    // One P buffer: softmax(j) rewrites it after the wgmma that read it
+    // (PV(j-1)) has completed. (Two buffers in turn, and unrolling the loop
+    // by two, cost ptxas 60-250 bytes of spills: perf-notes.md.)
+    auto step = [&](int j) {
         const int s = j % kStages, sp = (j - 1) % kStages;
         int32_t sacc[64];
         float pacc[D / 2 + 4];
         mbar_wait(&sm.full_k[s], (j / kStages) & 1);
         mbar_wait(&sm.full_v[sp], ((j - 1) / kStages) & 1);
         named_barrier_sync(my_turn, 256);
+        st.issue_pv(pacc, pt, sm.v[sp]);
         st.issue_qk(sacc, sm.q[w], sm.k[s]);
-        st.issue_pv(pacc, prev_p, sm.v[sp]);
         named_barrier_arrive(other_turn, 256);
-        wgmma_wait_all();
+        wgmma_wait<1>();  // PV(j-1) done: its update runs while QK(j) is on the tensor cores
 #pragma unroll
-        for (int i = 0; i < 16; i++) reg_fence(prev_p.a[i]);
+        for (int i = 0; i < 16; i++) reg_fence(pt.a[i]);
 #pragma unroll
         for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
+        st.update(pacc, sm.v[sp], pt, t);
+        release(&sm.empty_v[sp]);
+        wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
         if (!QSMOOTH) release(&sm.empty_k[s]);
-        st.update(pacc, sm.v[sp], prev_p, t);
-        release(&sm.empty_v[sp]);
-        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, cur_p,
+        st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, pt,
                    smem_addr(sm.bias[s]));
         if (QSMOOTH) release(&sm.empty_k[s]);
     };
-    int j = 1;
-    for (; j + 1 < T; j += 2) {
-        step(j, prev, next);
-        step(j + 1, next, prev);
-    }
-    if (j < T) {
-        step(j, prev, next);
-        prev = next;  // after the last wgmma of the loop: no register is in flight
-    }
+    for (int j = 1; j < T; j++) step(j);
     const int sl = (T - 1) % kStages;
     float pacc[D / 2 + 4];
     mbar_wait(&sm.full_v[sl], ((T - 1) / kStages) & 1);
     named_barrier_sync(my_turn, 256);
-    st.issue_pv(pacc, prev, sm.v[sl]);
+    st.issue_pv(pacc, pt, sm.v[sl]);
     if (w == 0) named_barrier_arrive(other_turn, 256);  // consumer 1 takes the last turn
     wgmma_wait_all();
 #pragma unroll
-    for (int i = 0; i < 16; i++) reg_fence(prev.a[i]);
+    for (int i = 0; i < 16; i++) reg_fence(pt.a[i]);
 #pragma unroll
     for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
-    st.update(pacc, sm.v[sl], prev, t);
+    st.update(pacc, sm.v[sl], pt, t);
     release(&sm.empty_v[sl]);
     st.template store<OutT>(p, q_head, kv_head, batch, head, row0, t);
 }
