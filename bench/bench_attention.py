@@ -1,7 +1,8 @@
 """Attention speed on the GPU: vcattn against the peers timed in the same
 process (torch SDPA with the cuDNN and flash backends in BF16; SageAttention2
-when importable). Effective TFLOP/s = 4 B H Nq Nk D / t; medians of CUDA-event
-timings after warm-up. Inputs are far larger than the 60 MB L2 at every shape,
+and FlashAttention-3, BF16 and FP8, when importable: built from their source
+in the git-ignored peers/ folder, never committed). Effective TFLOP/s =
+4 B H Nq Nk D / t; medians of CUDA-event timings after warm-up. Inputs are far larger than the 60 MB L2 at every shape,
 so no input rotation is needed for the long sequences.
 
 Columns: vc kernel = the attention kernel alone (its CUPTI duration from the
@@ -120,6 +121,17 @@ def bench_shape(vc, name, shape, reps, versions=(), check_finite=0, method="vc")
         row["sage2_ms"] = time_ms(lambda: sageattn(q, k, v, tensor_layout="HND"), reps)
     except ImportError:
         row["sage2_ms"] = None
+    row["fa3_ms"] = row["fa3_fp8_ms"] = None
+    try:
+        import flash_attn_interface as fa3  # FlashAttention-3 (hopper/), when built
+    except ImportError:
+        fa3 = None
+    if fa3 is not None:  # its layout is [B, N, H, D]; FP8 inputs with unit descales
+        qn, kn, vn = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        row["fa3_ms"] = time_ms(lambda: fa3.flash_attn_func(qn, kn, vn), reps)
+        q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in (qn, kn, vn))
+        row["fa3_fp8_ms"] = time_ms(lambda: fa3.flash_attn_func(q8, k8, v8), reps)
+        del qn, kn, vn, q8, k8, v8
 
     cfg = vc.config(method, check_finite)
     layer = vc.layer(40)
@@ -163,8 +175,10 @@ def main():
         rows.append(bench_shape(vc, name, SHAPES[name], args.reps, versions, int(args.check_finite), args.method))
         torch.cuda.empty_cache()
     print("TFLOP/s (ratio to cuDNN BF16), medians of %d runs" % args.reps)
-    print("%-14s %12s %12s %12s %12s %12s %12s" % ("shape", "cuDNN", "flash", "vc kernel", "vc call",
-                                                  "grouping", "sage2*"))
+    peers = [(k, label) for k, label in (("sage2_ms", "SA2 call"), ("fa3_ms", "FA3 bf16"),
+                                         ("fa3_fp8_ms", "FA3 fp8")) if any(r.get(k) for r in rows)]
+    print(("%-14s" + " %12s" * (6 + len(peers))) % (("shape", "cuDNN", "flash", "vc kernel", "vc call",
+                                                     "grouping", "sage2*") + tuple(l for _, l in peers)))
     for r in rows:
         shape = (r["B"], r["H"], r["N"], r["D"])
         base = r["cudnn_ms"]
@@ -173,17 +187,20 @@ def main():
             if ms is None or ms != ms:
                 return "%12s" % "-"
             return "%5.0f (%.2fx)" % (tflops(shape, ms), base / ms if base else float("nan"))
-        print("%-14s %s %s %s %s %s %s" % (r["shape"], cell(r["cudnn_ms"]), cell(r["flash_ms"]),
-                                            cell(r["vc_kernel_ms"]), cell(r["vc_call_ms"]),
-                                            cell(r["vc_grouping_ms"]), cell(r["sage2_ours_call_ms"])))
+        print(" ".join(["%-14s" % r["shape"]] + [cell(r[k]) for k in (
+            "cudnn_ms", "flash_ms", "vc_kernel_ms", "vc_call_ms", "vc_grouping_ms", "sage2_ours_call_ms")] +
+                       [cell(r[k]) for k, _ in peers]))
+        if r.get("sage2_ms"):
+            print("%-14s vc call / SageAttention2 call: %.2fx" % ("", r["sage2_ms"] / r["vc_call_ms"]))
     for r in rows:
         timed = [k for k in sorted(r) if k.startswith("vc_v") and k.endswith("_kernel_ms")]
         if timed:
             shape = (r["B"], r["H"], r["N"], r["D"])
             print("%-14s kernel TFLOP/s: %s" % (r["shape"], ", ".join(
                 "%s %.0f" % (k[3:-10], tflops(shape, r[k])) for k in timed)))
-    print("sage2* = our sage2 variant (exp-then-cast, no V-Smooth); SageAttention2 itself: %s" %
-          ("timed (sage2_ms)" if any(r["sage2_ms"] for r in rows) else "not importable here"))
+    print("sage2* = our sage2 variant (exp-then-cast, no V-Smooth); SageAttention2: %s; FlashAttention-3: %s" %
+          ("timed (SA2 call)" if any(r["sage2_ms"] for r in rows) else "not importable here",
+           "timed" if any(r["fa3_ms"] for r in rows) else "not importable here"))
     meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
             "vcattn": vc.lib.vcattn_version_string().decode()}
     if args.json:

@@ -31,7 +31,7 @@ done
 
 step "SASS of the vc kernel (D 128, bf16 out)"
 cuobjdump --dump-sass "$BUILD/libvcattn.so" |
-    awk '/Function : .*vc_attention_ws_kernelILi128ELb1ELb1ELb0E13__nv_bfloat16/{f=1; next} f && /Function : /{f=0} f' |
+    awk '/Function : .*vc_attention_v1_kernelILi128ELb1ELb1ELb0E13__nv_bfloat16/{f=1; next} f && /Function : /{f=0} f' |
     grep -oE "IGMMA|QGMMA|MUFU\.[A-Z0-9]+|F2I[A-Z0-9.]*|I2F[A-Z0-9.]*|FFMA\.SAT|PRMT|LDL|STL" | sort | uniq -c |
     tee "$out/sass.txt"
 fi

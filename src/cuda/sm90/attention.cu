@@ -4,10 +4,12 @@
 // return the row sum of the decoded P; then the two-level update
 // acc = alpha * acc + (P V + r mu). Arithmetic: docs/formats.md; layout and
 // reasoning: docs/cuda-design.md; measurements: docs/perf-notes.md.
-// Two schedules of the same per-tile steps (RowState): v3 (default at D 128)
-// is warp-specialized with two consumer warpgroups in ping-pong, v1 one
-// warpgroup per CTA (default at D 64). (v2, the ping-pong with a turn per
-// GEMM, and v4, softmax(j) under PV(j-1), measured slower: perf-notes.md.)
+// Two schedules of the same per-tile steps (RowState): v1 (the default) runs
+// one warpgroup per CTA and three CTAs per SM, as SageAttention2's sm90
+// kernel does; v3 is warp-specialized with two consumer warpgroups in
+// ping-pong (VCATTN_KERNEL=v3: ties v1 on vc at D 128, slower elsewhere).
+// (v2, the ping-pong with a turn per GEMM, and v4, softmax(j) under PV(j-1),
+// measured slower: perf-notes.md.)
 #include "attention.h"
 #include "ptx.cuh"
 #include "softmax.cuh"
@@ -342,21 +344,27 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
 
 // ---------------------------------------------------------------------------
 // v1: one warpgroup per CTA, 64 query rows, thread 0 also issues the copies;
-// two CTAs per SM hide each other. Kept for comparison (VCATTN_KERNEL=v1).
+// the CTAs sharing an SM hide each other's waits.
 // ---------------------------------------------------------------------------
 constexpr int kV1Threads = 128;
+// One K/V stage (43 KB of shared memory at D 128) so that three CTAs share an
+// SM (167 registers each): the tile j+1 loads while tile j's softmax and PV
+// run, and three independent warpgroups keep the tensor cores busy in turn.
+// Two stages allowed two CTAs per SM: 748 against 794 TFLOP/s (perf-notes.md).
+constexpr int kV1Stages = 1;
+constexpr int kV1CtasPerSm = 3;
 
 template <int D>
 struct V1Shared {
     alignas(128) int8_t q[Sizes<D>::q];
-    alignas(128) int8_t k[kStages][Sizes<D>::k];
-    alignas(128) uint8_t v[kStages][Sizes<D>::v];
-    alignas(16) float bias[kStages][VC_KV_ROWS];
-    uint64_t full_q, full_k[kStages], full_v[kStages];
+    alignas(128) int8_t k[kV1Stages][Sizes<D>::k];
+    alignas(128) uint8_t v[kV1Stages][Sizes<D>::v];
+    alignas(16) float bias[kV1Stages][VC_KV_ROWS];
+    uint64_t full_q, full_k[kV1Stages], full_v[kV1Stages];
 };
 
 template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, typename OutT>
-__global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __grid_constant__ vc_attention_params p) {
+__global__ void __launch_bounds__(kV1Threads, kV1CtasPerSm) vc_attention_v1_kernel(const __grid_constant__ vc_attention_params p) {
     extern __shared__ uint8_t smem_raw[];
     V1Shared<D> &sm = *reinterpret_cast<V1Shared<D> *>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
@@ -373,7 +381,7 @@ __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __
 
     if (tid == 0) {
         mbar_init(&sm.full_q, 1);
-        for (int s = 0; s < kStages; s++) {
+        for (int s = 0; s < kV1Stages; s++) {
             mbar_init(&sm.full_k[s], 1);
             mbar_init(&sm.full_v[s], 1);
         }
@@ -393,7 +401,7 @@ __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __
     if (tid == 0) {
         mbar_arrive_expect_tx(&sm.full_q, Sizes<D>::q);
         bulk_load(sm.q, p.q + (q_head * p.q_tiles + m_block) * Sizes<D>::q, Sizes<D>::q, &sm.full_q);
-        for (int s = 0; s < kStages && s < T; s++) {
+        for (int s = 0; s < kV1Stages && s < T; s++) {
             load_k(s, s);
             load_v(s, s);
         }
@@ -407,8 +415,8 @@ __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __
 
     mbar_wait(&sm.full_q, 0);
     for (int j = 0; j < T; j++) {
-        const int stage = j % kStages;
-        const uint32_t parity = (j / kStages) & 1;
+        const int stage = j % kV1Stages;
+        const uint32_t parity = (j / kV1Stages) & 1;
         int32_t sacc[64];
         mbar_wait(&sm.full_k[stage], parity);
         st.issue_qk(sacc, sm.q, sm.k[stage]);
@@ -417,7 +425,7 @@ __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __
         for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
         if (!QSMOOTH) {
             __syncthreads();  // every warp is done with K[stage]
-            if (tid == 0 && j + kStages < T) load_k(stage, j + kStages);
+            if (tid == 0 && j + kV1Stages < T) load_k(stage, j + kV1Stages);
         }
 
         TileP pt;
@@ -425,7 +433,7 @@ __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __
                    smem_addr(sm.bias[stage]));
         if (QSMOOTH) {
             __syncthreads();  // every warp is done with K[stage] and its terms
-            if (tid == 0 && j + kStages < T) load_k(stage, j + kStages);
+            if (tid == 0 && j + kV1Stages < T) load_k(stage, j + kV1Stages);
         }
 
         float pacc[D / 2 + 4];
@@ -436,7 +444,7 @@ __global__ void __launch_bounds__(kV1Threads, 2) vc_attention_v1_kernel(const __
         for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
         st.update(pacc, sm.v[stage], pt, t);
         __syncthreads();  // every warp is done with V[stage]
-        if (tid == 0 && j + kStages < T) load_v(stage, j + kStages);
+        if (tid == 0 && j + kV1Stages < T) load_v(stage, j + kV1Stages);
     }
     st.template store<OutT>(p, q_head, kv_head, batch, head, row0, t);
 }
