@@ -201,27 +201,20 @@ static vcattn_status prepare_q(const problem *p, const vcattn_tensor *q, const v
 /* --------------------------------------------------------------- mainloop */
 
 /* P of one tile from its scores (dot products and their log2-domain
- * multipliers) and the running maximum m (log2 units). `zero` is
- * VCATTN_SCORE_ZERO for INT8 scores, which the FP8 encodings take as
- * zero + dot as the GPU does (expcast.h), else 0. */
+ * multipliers) and the running maximum m (log2 units). */
 static void encode_probabilities(const vcattn_config *cfg, int64_t nt, const float *dot,
-                                 const float *mult, float m, float zero, float *prob) {
+                                 const float *mult, float m, float *prob) {
     switch (cfg->p_format) {
     case VCATTN_P_FP8_EXPCAST: {
         /* One FMA per element: x = 8 (t - m) + 120 + beta, scales folded in. */
         float bias = (120.0f + cfg->expcast_beta) - 8.0f * m;
-        for (int64_t j = 0; j < nt; j++) {
-            float a = 8.0f * mult[j];
-            float x = fmaf(dot[j] + zero, a, vcattn_score_zero_fold(a, bias, zero));
-            prob[j] = vcattn_e4m3_decode(vcattn_expcast_code(x));
-        }
+        for (int64_t j = 0; j < nt; j++)
+            prob[j] = vcattn_e4m3_decode(vcattn_expcast_code(fmaf(dot[j], 8.0f * mult[j], bias)));
         break;
     }
     case VCATTN_P_FP8_CAST:
-        for (int64_t j = 0; j < nt; j++) {
-            float x = fmaf(dot[j] + zero, mult[j], vcattn_score_zero_fold(mult[j], VCATTN_P_SCALE_LOG2 - m, zero));
-            prob[j] = vcattn_round_e4m3(exp2f(x));
-        }
+        for (int64_t j = 0; j < nt; j++)
+            prob[j] = vcattn_round_e4m3(exp2f(fmaf(dot[j], mult[j], VCATTN_P_SCALE_LOG2 - m)));
         break;
     case VCATTN_P_EXACT:
     case VCATTN_P_BF16:
@@ -279,8 +272,7 @@ static void attend_row(const problem *p, const score_operand *q, const kv_head *
         }
         float m_new = fmaxf(m, tile_max);
         float alpha = exp2f(m - m_new);   /* 0 on the first tile (m = -inf) */
-        float zero = cfg->qk_format == VCATTN_QK_INT8 && !key_bias ? VCATTN_SCORE_ZERO : 0.0f;
-        encode_probabilities(cfg, nt, dot, mult, m_new, zero, prob);
+        encode_probabilities(cfg, nt, dot, mult, m_new, prob);
 
         /* Second accumulation level: each tile's product in a fresh float32
          * partial, as the GPU promotes its FP8 wgmma accumulator per tile. */

@@ -14,16 +14,6 @@
 #define VCATTN_EXPCAST_MAX_CODE 120.0f      /* 0x78 = 256, the row maximum */
 #define VCATTN_P_SCALE_LOG2 8.0f            /* row maximum at 2^8 */
 
-/* INT8 scores enter the FMA as VCATTN_SCORE_ZERO + dot (exact for |dot| <
- * 2^22: the GPU reads its int32 accumulator, started at this float's bits, as
- * a float), and the FMA's constant term carries -VCATTN_SCORE_ZERO * a:
- *     x = fma(dot + Z, a, fma(-Z, a, b)).
- * Against fma(dot, a, b) only b's rounding moves, by at most 0.75 a: less
- * than one unit of the integer dot product (docs/formats.md). */
-#define VCATTN_SCORE_ZERO 12582912.0f
-
-VCATTN_HD float vcattn_score_zero_fold(float a, float b, float zero) { return fmaf(-zero, a, b); }
-
 /* The pre-rounding argument for a log2-domain u (scalar form of the FMA). */
 VCATTN_HD float vcattn_expcast_arg(float u, float beta) {
     return 8.0f * (u + VCATTN_P_SCALE_LOG2) + 56.0f + beta;

@@ -24,12 +24,6 @@
 namespace {
 
 constexpr int kStages = 2;
-// The QK accumulators start at the bits of VCATTN_SCORE_ZERO = 1.5 * 2^23:
-// the int32 the wgmma adds (|dot| < 2^21) lands in the mantissa, so the bits
-// read as a float are VCATTN_SCORE_ZERO + dot exactly, with no I2F per score
-// (a conversion-pipe instruction; docs/perf-notes.md, kernel v5).
-constexpr int32_t kScoreZeroBits = 0x4B400000;
-static_assert(VCATTN_SCORE_ZERO == 12582912.0f, "the bits above");
 constexpr uint32_t kBiasBytes = VC_KV_ROWS * sizeof(float);  // a K tile's Q-smoothing terms
 
 template <typename T> __device__ __forceinline__ void store2(T *p, float a, float b, bool pair);
@@ -78,13 +72,11 @@ struct RowState {
 
     // S = Q K^T (int32), issued and committed; the caller waits.
     __device__ __forceinline__ static void issue_qk(int32_t *sacc, const int8_t *q, const int8_t *k) {
-#pragma unroll
-        for (int i = 0; i < 64; i++) sacc[i] = kScoreZeroBits;
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < D / 32; ks++)
             wgmma_s8_m64n128k32(sacc, smem_desc(q + ks * 2 * VC_Q_ROWS * 16, VC_Q_ROWS * 16, 128),
-                                smem_desc(k + ks * 2 * VC_KV_ROWS * 16, VC_KV_ROWS * 16, 128), 1);
+                                smem_desc(k + ks * 2 * VC_KV_ROWS * 16, VC_KV_ROWS * 16, 128), ks > 0);
         wgmma_commit();
     }
 
@@ -93,12 +85,9 @@ struct RowState {
     // bias: the tile's Q-smoothing terms in shared memory (QSMOOTH only).
     __device__ __forceinline__ void softmax(int32_t *sacc, float kmul, int tail_keys, float expcast_bias, int t,
                                             TileP &pt, uint32_t bias) {
-        // s = zero point + dot; the encodings fold the zero point into their
-        // constant term (docs/formats.md), Q smoothing's FMA takes dot itself.
         float s[64];
-        const float zero_point = QSMOOTH ? 0.0f : VCATTN_SCORE_ZERO;
 #pragma unroll
-        for (int i = 0; i < 64; i++) s[i] = __int_as_float(sacc[i]) - (QSMOOTH ? VCATTN_SCORE_ZERO : 0.0f);
+        for (int i = 0; i < 64; i++) s[i] = (float)sacc[i];
         float A0 = qmul0 * kmul, A1 = qmul1 * kmul;
         if constexpr (QSMOOTH) {  // s = dot A + term, one FMA (as the CPU); then A = 1 below
 #pragma unroll
@@ -118,12 +107,12 @@ struct RowState {
                 if (acc_col(i, t) >= tail_keys) s[i] = -INFINITY;
         }
         float tmax0, tmax1;
-        tile_row_max(s, zero_point, A0, A1, tmax0, tmax1);
+        tile_row_max(s, A0, A1, tmax0, tmax1);
         const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
         pt.alpha0 = ex2_approx(m0 - mn0);  // <= 1; relative error 2^-22, inside the tolerance
         pt.alpha1 = ex2_approx(m1 - mn1);
-        if (tail) encode_p<EXPCAST, true>(s, zero_point, A0, A1, mn0, mn1, expcast_bias, pt.a);
-        else encode_p<EXPCAST, false>(s, zero_point, A0, A1, mn0, mn1, expcast_bias, pt.a);
+        if (tail) encode_p<EXPCAST, true>(s, A0, A1, mn0, mn1, expcast_bias, pt.a);
+        else encode_p<EXPCAST, false>(s, A0, A1, mn0, mn1, expcast_bias, pt.a);
         m0 = mn0;
         m1 = mn1;
     }

@@ -3,12 +3,10 @@
 // A-operand registers of the PV wgmma (docs/cuda-design.md sections 5, 6).
 #pragma once
 #include "ptx.cuh"
-#include "../../formats/expcast.h"
 
-// Row maximum (log2 units) of the thread's two rows over the quad; `s` holds
-// zero_point + dot, `A` are the rows' dequantization multipliers (>= 0, so
-// max(dot) * A = max(dot * A)).
-static __device__ __forceinline__ void tile_row_max(const float *s, float zero_point, float A0, float A1,
+// Row maximum (log2 units) of the thread's two rows over the quad; `A` are
+// the rows' dequantization multipliers (>= 0, so max(dot) * A = max(dot * A)).
+static __device__ __forceinline__ void tile_row_max(const float *s, float A0, float A1,
                                                     float &max0, float &max1) {
     // Four independent chains per row (max is exact in any order): the
     // serial chain of 32 dependent FMNMX was on the warp's critical path.
@@ -22,8 +20,8 @@ static __device__ __forceinline__ void tile_row_max(const float *s, float zero_p
     }
     const float d0 = fmaxf(fmaxf(d[0][0], d[0][1]), fmaxf(d[0][2], d[0][3]));
     const float d1 = fmaxf(fmaxf(d[1][0], d[1][1]), fmaxf(d[1][2], d[1][3]));
-    max0 = fmaxf((d0 - zero_point) * A0, -INFINITY);  // fmaxf drops the NaN of -inf * 0
-    max1 = fmaxf((d1 - zero_point) * A1, -INFINITY);
+    max0 = fmaxf(d0 * A0, -INFINITY);  // fmaxf drops the NaN of -inf * 0
+    max1 = fmaxf(d1 * A1, -INFINITY);
 #pragma unroll
     for (int o = 1; o <= 2; o <<= 1) {
         max0 = fmaxf(max0, __shfl_xor_sync(0xffffffffu, max0, o));
@@ -50,18 +48,17 @@ static __device__ __forceinline__ uint32_t pack4(uint32_t w0, uint32_t w1, uint3
     return prmt(prmt(w0, w1, 0x0040u), prmt(w2, w3, 0x0040u), 0x5410u);
 }
 
-// P of the tile into 16 A registers; s holds zero_point + dot, folded into the
-// FMA's constant term as the CPU does (expcast.h). Masked keys come in as dot = -inf: ExpCast
+// P of the tile into 16 A registers. Masked keys come in as dot = -inf: ExpCast
 // saturates them (and the NaN of -inf * 0) to code 0; exp-then-cast (TAIL only)
 // clamps the exponent so that ex2 flushes them to 0. Register 4kc+r of key chunk kc (32 keys)
 // takes accumulators 16kc + {0,1,4,5} (r=0), {2,3,6,7}, {8,9,12,13}, {10,11,14,15}.
 template <bool EXPCAST, bool TAIL>
-static __device__ __forceinline__ void encode_p(const float *s, float zero_point, float A0, float A1, float m0,
+static __device__ __forceinline__ void encode_p(const float *s, float A0, float A1, float m0,
                                                 float m1, float expcast_bias, uint32_t *a) {
     if constexpr (EXPCAST) {
         const float a0 = A0 * 0.0625f, a1 = A1 * 0.0625f;  // 8A / 128, exact
-        const float c0 = vcattn_score_zero_fold(a0, (expcast_bias - 8.0f * m0) * 0.0078125f, zero_point);
-        const float c1 = vcattn_score_zero_fold(a1, (expcast_bias - 8.0f * m1) * 0.0078125f, zero_point);
+        const float c0 = (expcast_bias - 8.0f * m0) * 0.0078125f;
+        const float c1 = (expcast_bias - 8.0f * m1) * 0.0078125f;
         uint32_t w[64];
 #pragma unroll
         for (int i = 0; i < 64; i++) w[i] = expcast_word(s[i], (i >> 1) & 1 ? a1 : a0, (i >> 1) & 1 ? c1 : c0);
@@ -75,8 +72,7 @@ static __device__ __forceinline__ void encode_p(const float *s, float zero_point
         }
     } else {
         // exp-then-cast: e4m3(exp2(dot * A + 8 - m)), the conventional path.
-        const float b0 = vcattn_score_zero_fold(A0, 8.0f - m0, zero_point);
-        const float b1 = vcattn_score_zero_fold(A1, 8.0f - m1, zero_point);
+        const float b0 = 8.0f - m0, b1 = 8.0f - m1;
         float e[64];
 #pragma unroll
         for (int i = 0; i < 64; i++) {
