@@ -1,7 +1,8 @@
 """Attention speed on the GPU: vcattn against the peers timed in the same
 process (torch SDPA with the cuDNN and flash backends in BF16; SageAttention2
 and FlashAttention-3, BF16 and FP8, when importable: built from their source
-in the git-ignored peers/ folder, never committed). Effective TFLOP/s =
+in the git-ignored peers/ folder, never committed: put the built package
+on PYTHONPATH, e.g. peers/sage2_pkg). Effective TFLOP/s =
 4 B H Nq Nk D / t; medians of CUDA-event timings after warm-up. Inputs are far larger than the 60 MB L2 at every shape,
 so no input rotation is needed for the long sequences.
 
