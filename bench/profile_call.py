@@ -1,7 +1,7 @@
 """A few vc calls at one benchmark shape and nothing else, for profilers
 (ncu, compute-sanitizer): the first call groups, the others are plain steps.
 
-    ncu --clock-control none -k regex:vc_attention_ws --launch-skip 2 --launch-count 1 \\
+    ncu --clock-control none -k regex:vc_attention_v1 --launch-skip 2 --launch-count 1 \\
         --set full -o prof python3 bench/profile_call.py --shape seq-32k
 """
 import argparse
