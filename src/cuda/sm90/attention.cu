@@ -337,8 +337,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
 // ---------------------------------------------------------------------------
 constexpr int kV1Threads = 128;
 // One K/V stage (43 KB of shared memory at D 128) so that three CTAs share an
-// SM (167 registers each): the tile j+1 loads while tile j's softmax and PV
-// run, and three independent warpgroups keep the tensor cores busy in turn.
+// SM (167 registers each): K(j+1) loads during tile j's softmax and PV,
+// V(j+1) during QK(j+1) and its softmax, and three independent warpgroups
+// keep the tensor cores busy in turn.
 // Two stages allowed two CTAs per SM: 748 against 794 TFLOP/s (perf-notes.md).
 constexpr int kV1Stages = 1;
 constexpr int kV1CtasPerSm = 3;
