@@ -46,7 +46,28 @@ __device__ __forceinline__ int acc_col(int i, int t) { return 8 * (i >> 2) + 2 *
 template <int D> struct Sizes {
     static constexpr uint32_t q = VC_Q_ROWS * D, k = VC_KV_ROWS * D;
     static constexpr uint32_t vt_rows = D + VC_ONES_ROWS, v = vt_rows * VC_KV_ROWS + D * 4;
+    // One k-half (k 0..7, 16 bytes per row) of the mean restoration's f16 B
+    // operand: rows are the PV product's D + 8 columns.
+    static constexpr uint32_t mean_half = vt_rows * 16;
 };
+
+// Descriptors of a tile's operands, advanced by one add per k-step.
+template <int D> __device__ __forceinline__ uint64_t q_desc(const int8_t *q) {
+    return smem_desc(q, VC_Q_ROWS * 16, 128);
+}
+template <int D> __device__ __forceinline__ uint64_t k_desc(const int8_t *k) {
+    return smem_desc(k, VC_KV_ROWS * 16, 128);
+}
+template <int D> __device__ __forceinline__ uint64_t v_desc(const uint8_t *v) {
+    return smem_desc(v, Sizes<D>::vt_rows * 16, 128);
+}
+
+// a as two FP16 values, hi in column 0 (bits 0-15) and the remainder in
+// column 1: hi + lo carries ~22 bits of a (|a| < 65504).
+__device__ __forceinline__ uint32_t f16_hi_lo(float a) {
+    const float hi = __half2float(__float2half_rn(a));
+    return cvt_f16x2(hi, a - hi);
+}
 
 // One tile's probabilities as PV A-operand registers, and the rescale
 // factors of the running sums that go with them.
@@ -57,11 +78,15 @@ struct TileP {
 
 // The state one warpgroup carries over the key tiles for its 64 query rows:
 // thread (warp, g, t) owns rows 16 warp + g and + 8.
-template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH>
+// MEAN_MMA (with VSMOOTH): the mean term r mu of tile j is added by an f16
+// wgmma in tile j+1's PV group, scaled by that tile's alpha, instead of 2 FMAs
+// per output element in the update (docs/cuda-design.md).
+template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, bool MEAN_MMA>
 struct RowState {
     float o[D / 2];
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     float qmul0, qmul1;
+    float r_pending0 = 0.0f, r_pending1 = 0.0f;  // MEAN_MMA: row sums whose mean term is not yet in o
 
     __device__ void init(float q0, float q1) {
 #pragma unroll
@@ -71,12 +96,12 @@ struct RowState {
     }
 
     // S = Q K^T (int32), issued and committed; the caller waits.
-    __device__ __forceinline__ static void issue_qk(int32_t *sacc, const int8_t *q, const int8_t *k) {
+    __device__ __forceinline__ static void issue_qk(int32_t *sacc, uint64_t q, uint64_t k) {
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < D / 32; ks++)
-            wgmma_s8_m64n128k32(sacc, smem_desc(q + ks * 2 * VC_Q_ROWS * 16, VC_Q_ROWS * 16, 128),
-                                smem_desc(k + ks * 2 * VC_KV_ROWS * 16, VC_KV_ROWS * 16, 128), ks > 0);
+            wgmma_s8_m64n128k32(sacc, desc_advance(q, ks * 2 * VC_Q_ROWS * 16),
+                                desc_advance(k, ks * 2 * VC_KV_ROWS * 16), ks > 0);
         wgmma_commit();
     }
 
@@ -118,13 +143,25 @@ struct RowState {
     }
 
     // partial = P V^T (+ row sums in the ones columns), issued and committed.
-    __device__ __forceinline__ static void issue_pv(float *pacc, const TileP &pt, const uint8_t *v) {
+    // MEAN_MMA: first the previous tile's mean term, alpha r_pending mu (A:
+    // column 0/1 of lane t = 0 hold it as FP16 hi + lo; `mean` is the B
+    // operand with mu in rows k = 0, 1), the same shape of accumulator.
+    __device__ __forceinline__ void issue_pv(float *pacc, const TileP &pt, uint64_t v, uint64_t mean, int t) {
+        uint32_t am[4] = {0u, 0u, 0u, 0u};
+        if constexpr (MEAN_MMA) {
+            am[0] = t == 0 ? f16_hi_lo(pt.alpha0 * r_pending0) : 0u;
+            am[1] = t == 0 ? f16_hi_lo(pt.alpha1 * r_pending1) : 0u;
+        }
         wgmma_fence();
+        if constexpr (MEAN_MMA) {
+            if constexpr (D == 128) wgmma_f16_m64n136k16(pacc, am, mean, 0);
+            else wgmma_f16_m64n72k16(pacc, am, mean, 0);
+        }
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) {
-            const uint64_t desc = smem_desc(v + ks * 2 * Sizes<D>::vt_rows * 16, Sizes<D>::vt_rows * 16, 128);
-            if constexpr (D == 128) wgmma_e4m3_m64n136k32(pacc, pt.a + 4 * ks, desc, ks > 0);
-            else wgmma_e4m3_m64n72k32(pacc, pt.a + 4 * ks, desc, ks > 0);
+            const uint64_t desc = desc_advance(v, ks * 2 * Sizes<D>::vt_rows * 16);
+            if constexpr (D == 128) wgmma_e4m3_m64n136k32(pacc, pt.a + 4 * ks, desc, MEAN_MMA || ks > 0);
+            else wgmma_e4m3_m64n72k32(pacc, pt.a + 4 * ks, desc, MEAN_MMA || ks > 0);
         }
         wgmma_commit();
     }
@@ -138,7 +175,7 @@ struct RowState {
         for (int i = 0; i < D / 2; i += 2) {
             const bool lower = (i >> 1) & 1;
             float x0 = pacc[i], x1 = pacc[i + 1];
-            if constexpr (VSMOOTH) {
+            if constexpr (VSMOOTH && !MEAN_MMA) {
                 const float2 mv = lds_float2(mu + 4 * acc_col(i, t));
                 x0 = __fmaf_rn(lower ? r1 : r0, mv.x, x0);
                 x1 = __fmaf_rn(lower ? r1 : r0, mv.y, x1);
@@ -148,6 +185,24 @@ struct RowState {
         }
         l0 = __fmaf_rn(l0, alpha0, r0);
         l1 = __fmaf_rn(l1, alpha1, r1);
+        if constexpr (MEAN_MMA) {
+            r_pending0 = r0;
+            r_pending1 = r1;
+        }
+    }
+
+    // MEAN_MMA, after the last tile: o += r_pending mu of that tile (v: its record).
+    __device__ __forceinline__ void add_pending_mean(const uint8_t *v, int t) {
+        if constexpr (MEAN_MMA) {
+            const uint32_t mu = smem_addr(v + Sizes<D>::vt_rows * VC_KV_ROWS);
+#pragma unroll
+            for (int i = 0; i < D / 2; i += 2) {
+                const float r = (i >> 1) & 1 ? r_pending1 : r_pending0;
+                const float2 mv = lds_float2(mu + 4 * acc_col(i, t));
+                o[i] = __fmaf_rn(r, mv.x, o[i]);
+                o[i + 1] = __fmaf_rn(r, mv.y, o[i + 1]);
+            }
+        }
     }
 
     // out = acc * (v_mul / l) in the caller's dtype and layout; LSE (natural log).
@@ -260,7 +315,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
     const int row0 = (2 * pair_block + w) * VC_Q_ROWS + 16 * warp + g;
     const float *q_mul = p.q_mul + q_head * (int64_t)p.q_tiles * VC_Q_ROWS;
     const float *k_mul = p.k_mul + kv_head * T * 4;
-    RowState<D, EXPCAST, VSMOOTH, QSMOOTH> st;
+    RowState<D, EXPCAST, VSMOOTH, QSMOOTH, false> st;
     st.init(q_mul[row0] * p.score_mul, q_mul[row0 + 8] * p.score_mul);
     const int tail_keys = p.nk - (T - 1) * VC_KV_ROWS;
     const uint32_t my_turn = kSchedBarrier + w, other_turn = kSchedBarrier + (1 - w);
@@ -276,7 +331,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
         int32_t sacc[64];
         mbar_wait(&sm.full_k[0], 0);
         named_barrier_sync(my_turn, 256);
-        st.issue_qk(sacc, sm.q[w], sm.k[0]);
+        st.issue_qk(sacc, q_desc<D>(sm.q[w]), k_desc<D>(sm.k[0]));
         named_barrier_arrive(other_turn, 256);
         wgmma_wait_all();
 #pragma unroll
@@ -296,8 +351,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
         mbar_wait(&sm.full_k[s], (j / kStages) & 1);
         mbar_wait(&sm.full_v[sp], ((j - 1) / kStages) & 1);
         named_barrier_sync(my_turn, 256);
-        st.issue_pv(pacc, pt, sm.v[sp]);
-        st.issue_qk(sacc, sm.q[w], sm.k[s]);
+        st.issue_pv(pacc, pt, v_desc<D>(sm.v[sp]), 0, t);
+        st.issue_qk(sacc, q_desc<D>(sm.q[w]), k_desc<D>(sm.k[s]));
         named_barrier_arrive(other_turn, 256);
         wgmma_wait<1>();  // PV(j-1) done: its update runs while QK(j) is on the tensor cores
 #pragma unroll
@@ -319,7 +374,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
     float pacc[D / 2 + 4];
     mbar_wait(&sm.full_v[sl], ((T - 1) / kStages) & 1);
     named_barrier_sync(my_turn, 256);
-    st.issue_pv(pacc, pt, sm.v[sl]);
+    st.issue_pv(pacc, pt, v_desc<D>(sm.v[sl]), 0, t);
     if (w == 0) named_barrier_arrive(other_turn, 256);  // consumer 1 takes the last turn
     wgmma_wait_all();
 #pragma unroll
@@ -336,21 +391,26 @@ __global__ void __launch_bounds__(kWsThreads, 1) vc_attention_ws_kernel(const __
 // the CTAs sharing an SM hide each other's waits.
 // ---------------------------------------------------------------------------
 constexpr int kV1Threads = 128;
-// One K/V stage (43 KB of shared memory at D 128) so that three CTAs share an
-// SM (167 registers each): K(j+1) loads during tile j's softmax and PV,
-// V(j+1) during QK(j+1) and its softmax, and three independent warpgroups
-// keep the tensor cores busy in turn.
-// Two stages allowed two CTAs per SM: 748 against 794 TFLOP/s (perf-notes.md).
-constexpr int kV1Stages = 1;
+// One K/V stage (52 KB of shared memory at D 128, the mean images included)
+// so that three CTAs share an SM (168 registers each): K(j+1) loads during
+// tile j's softmax and PV, V(j+1) during QK(j+1) and its softmax, and three
+// independent warpgroups keep the tensor cores busy in turn.
+// Two stages of both allowed two CTAs per SM: 748 against 794 TFLOP/s
+// (perf-notes.md).
+constexpr int kV1KStages = 1, kV1VStages = 1;
 constexpr int kV1CtasPerSm = 3;
 
 template <int D>
 struct V1Shared {
     alignas(128) int8_t q[Sizes<D>::q];
-    alignas(128) int8_t k[kV1Stages][Sizes<D>::k];
-    alignas(128) uint8_t v[kV1Stages][Sizes<D>::v];
-    alignas(16) float bias[kV1Stages][VC_KV_ROWS];
-    uint64_t full_q, full_k[kV1Stages], full_v[kV1Stages];
+    alignas(128) int8_t k[kV1KStages][Sizes<D>::k];
+    alignas(128) uint8_t v[kV1VStages][Sizes<D>::v];
+    // The mean restoration's B operand: two images in turn (tile j's mean
+    // is used by tile j+1's PV group while tile j+1 writes its own), each a
+    // k 0..7 half followed by an all-zero k 8..15 half.
+    alignas(128) uint8_t mean[2][2][Sizes<D>::mean_half];
+    alignas(16) float bias[kV1KStages][VC_KV_ROWS];
+    uint64_t full_q, full_k[kV1KStages], full_v[kV1VStages];
 };
 
 template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, typename OutT>
@@ -371,11 +431,14 @@ __global__ void __launch_bounds__(kV1Threads, kV1CtasPerSm) vc_attention_v1_kern
 
     if (tid == 0) {
         mbar_init(&sm.full_q, 1);
-        for (int s = 0; s < kV1Stages; s++) {
-            mbar_init(&sm.full_k[s], 1);
-            mbar_init(&sm.full_v[s], 1);
-        }
+        for (int s = 0; s < kV1KStages; s++) mbar_init(&sm.full_k[s], 1);
+        for (int s = 0; s < kV1VStages; s++) mbar_init(&sm.full_v[s], 1);
         fence_mbar_init();
+    }
+    if constexpr (VSMOOTH) {  // the mean images start as zeros; only their mean words are rewritten
+        const uint32_t images = smem_addr(sm.mean);
+        for (uint32_t b = 4 * tid; b < sizeof(sm.mean); b += 4 * kV1Threads) sts_u32(images + b, 0u);
+        fence_proxy_async_shared();
     }
     __syncthreads();
     auto load_k = [&](int stage, int tile) {
@@ -391,51 +454,58 @@ __global__ void __launch_bounds__(kV1Threads, kV1CtasPerSm) vc_attention_v1_kern
     if (tid == 0) {
         mbar_arrive_expect_tx(&sm.full_q, Sizes<D>::q);
         bulk_load(sm.q, p.q + (q_head * p.q_tiles + m_block) * Sizes<D>::q, Sizes<D>::q, &sm.full_q);
-        for (int s = 0; s < kV1Stages && s < T; s++) {
-            load_k(s, s);
-            load_v(s, s);
-        }
+        for (int s = 0; s < kV1KStages && s < T; s++) load_k(s, s);
+        for (int s = 0; s < kV1VStages && s < T; s++) load_v(s, s);
     }
 
     const int row0 = m_block * VC_Q_ROWS + 16 * warp + g;
     const float *q_mul = p.q_mul + q_head * (int64_t)p.q_tiles * VC_Q_ROWS;
-    RowState<D, EXPCAST, VSMOOTH, QSMOOTH> st;
+    RowState<D, EXPCAST, VSMOOTH, QSMOOTH, VSMOOTH> st;
     st.init(q_mul[row0] * p.score_mul, q_mul[row0 + 8] * p.score_mul);
     const int tail_keys = p.nk - (T - 1) * VC_KV_ROWS;
 
     mbar_wait(&sm.full_q, 0);
     for (int j = 0; j < T; j++) {
-        const int stage = j % kV1Stages;
-        const uint32_t parity = (j / kV1Stages) & 1;
+        const int ks = j % kV1KStages, vs = j % kV1VStages;
+        const uint32_t k_parity = (j / kV1KStages) & 1, v_parity = (j / kV1VStages) & 1;
         int32_t sacc[64];
-        mbar_wait(&sm.full_k[stage], parity);
-        st.issue_qk(sacc, sm.q, sm.k[stage]);
+        mbar_wait(&sm.full_k[ks], k_parity);
+        st.issue_qk(sacc, q_desc<D>(sm.q), k_desc<D>(sm.k[ks]));
         wgmma_wait_all();
 #pragma unroll
         for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
         if (!QSMOOTH) {
-            __syncthreads();  // every warp is done with K[stage]
-            if (tid == 0 && j + kV1Stages < T) load_k(stage, j + kV1Stages);
+            __syncthreads();  // every warp is done with K[ks]
+            if (tid == 0 && j + kV1KStages < T) load_k(ks, j + kV1KStages);
         }
 
         TileP pt;
         st.softmax(sacc, k_mul[j * 4 + t], j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, pt,
-                   smem_addr(sm.bias[stage]));
+                   smem_addr(sm.bias[ks]));
         if (QSMOOTH) {
-            __syncthreads();  // every warp is done with K[stage] and its terms
-            if (tid == 0 && j + kV1Stages < T) load_k(stage, j + kV1Stages);
+            __syncthreads();  // every warp is done with K[ks] and its terms
+            if (tid == 0 && j + kV1KStages < T) load_k(ks, j + kV1KStages);
         }
 
         float pacc[D / 2 + 4];
-        mbar_wait(&sm.full_v[stage], parity);
-        st.issue_pv(pacc, pt, sm.v[stage]);
+        mbar_wait(&sm.full_v[vs], v_parity);
+        st.issue_pv(pacc, pt, v_desc<D>(sm.v[vs]),
+                    smem_desc(sm.mean[(j + 1) & 1], Sizes<D>::mean_half, 128), t);
+        if constexpr (VSMOOTH) {  // tile j's mean, FP16 as stored, into rows k = 0, 1 of image j & 1
+            if (tid < D) {
+                const float mu = lds_float(smem_addr(sm.v[vs] + Sizes<D>::vt_rows * VC_KV_ROWS) + 4 * tid);
+                sts_u32(smem_addr(sm.mean[j & 1]) + 16 * tid, cvt_f16x2(mu, mu));
+            }
+            fence_proxy_async_shared();
+        }
         wgmma_wait_all();
 #pragma unroll
         for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
-        st.update(pacc, sm.v[stage], pt, t);
-        __syncthreads();  // every warp is done with V[stage]
-        if (tid == 0 && j + kV1Stages < T) load_v(stage, j + kV1Stages);
+        st.update(pacc, sm.v[vs], pt, t);
+        __syncthreads();  // every warp is done with V[vs] and the mean image
+        if (tid == 0 && j + kV1VStages < T) load_v(vs, j + kV1VStages);
     }
+    st.add_pending_mean(sm.v[(T - 1) % kV1VStages], t);
     st.template store<OutT>(p, q_head, kv_head, batch, head, row0, t);
 }
 

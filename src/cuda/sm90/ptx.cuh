@@ -58,6 +58,22 @@ static __device__ __forceinline__ float2 lds_float2(uint32_t addr) {
     return v;
 }
 
+static __device__ __forceinline__ float lds_float(uint32_t addr) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+    return v;
+}
+
+static __device__ __forceinline__ void sts_u32(uint32_t addr, uint32_t v) {
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+// Makes this thread's shared-memory writes visible to the async proxy
+// (wgmma operand reads); a barrier then orders them for the other threads.
+static __device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // ---- bulk copy global -> shared, completion counted on an mbarrier --------
 // bytes: multiple of 16; both addresses 16-byte aligned.
 static __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes,
@@ -116,6 +132,12 @@ static __device__ __forceinline__ uint64_t smem_desc(const void *base, uint32_t 
     return d;  // base offset 0, layout type 0 (no swizzle)
 }
 
+// The descriptor of the same layout `bytes` further on (16-byte multiple):
+// one add on the address field, which stays below 2^14 in shared memory.
+static __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+    return desc + (bytes >> 4);
+}
+
 // ---- ExpCast packing --------------------------------------------------------
 static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
     uint32_t d;
@@ -127,6 +149,13 @@ static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t
 static __device__ __forceinline__ uint32_t cvt_e4m3x2(float lo, float hi) {
     uint16_t h;
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(h) : "f"(hi), "f"(lo));
+    return h;
+}
+
+// Two FP32 values to FP16 (RNE): lo in bits 0-15, hi in bits 16-31.
+static __device__ __forceinline__ uint32_t cvt_f16x2(float lo, float hi) {
+    uint32_t h;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(h) : "f"(hi), "f"(lo));
     return h;
 }
 
