@@ -15,6 +15,7 @@ namespace {
 constexpr int kMaxClusters = 32;
 constexpr int kChunk = 2048;        // tokens per partial centroid sum / sort chunk
 constexpr int kAssignThreads = 128;
+constexpr int kSumBatch = 16;      // tokens whose loads are in flight together in partial_sums_kernel
 constexpr int kMaxGridY = 65535;   // (batch, head) pairs per launch on grid.y; more run as slices from g0
 
 __global__ void gather_rows_kernel(dev_tensor v, quant_common c, int k, const int32_t *rows,
@@ -84,37 +85,64 @@ __global__ void partial_sums_kernel(dev_tensor v, quant_common c, int k, const i
     if (i < k) cnt[i] = 0;
     __syncthreads();
     const int n1 = min(c.tokens, (chunk + 1) * kChunk);
-    for (int n = chunk * kChunk; n < n1; n++) {
-        const int cl = labels[g * c.tokens + n];
-        acc[cl * d + i] += load_elem(v, b, h, n, i);
-        if (i == 0) cnt[cl]++;
+    // The loads of kSumBatch tokens go out together, then their adds in token
+    // order: one memory latency per batch instead of per token (the serial
+    // loop was most of a grouping step), the same sums bit for bit.
+    for (int n0 = chunk * kChunk; n0 < n1; n0 += kSumBatch) {
+        int cl[kSumBatch];
+        float x[kSumBatch];
+#pragma unroll
+        for (int u = 0; u < kSumBatch; u++) {
+            const int n = min(n0 + u, n1 - 1);
+            cl[u] = labels[g * c.tokens + n];
+            x[u] = load_elem(v, b, h, n, i);
+        }
+#pragma unroll
+        for (int u = 0; u < kSumBatch; u++) {
+            if (n0 + u < n1) {
+                acc[cl[u] * d + i] += x[u];
+                if (i == 0) cnt[cl[u]]++;
+            }
+        }
     }
     __syncthreads();
     for (int cl = 0; cl < k; cl++) sums[((g * chunks + chunk) * k + cl) * d + i] = acc[cl * d + i];
     if (i < k) counts[(g * chunks + chunk) * k + i] = cnt[i];
 }
 
+// One block per (batch-head, cluster): the chunks' partial sums in chunk order.
 __global__ void centroids_kernel(const double *sums, const int32_t *counts, int chunks, int k, int d,
                                  float *centroids) {
     const int64_t g = blockIdx.x;
-    const int i = threadIdx.x;
-    for (int cl = 0; cl < k; cl++) {
-        double s = 0.0;
-        int64_t count = 0;
-        for (int ch = 0; ch < chunks; ch++) {
-            s += sums[((g * chunks + ch) * k + cl) * d + i];
-            count += counts[(g * chunks + ch) * k + cl];
-        }
-        if (count) centroids[(g * k + cl) * d + i] = (float)(s / (double)count);
+    const int cl = blockIdx.y, i = threadIdx.x;
+    double s = 0.0;
+    int64_t count = 0;
+    for (int ch = 0; ch < chunks; ch++) {
+        s += sums[((g * chunks + ch) * k + cl) * d + i];
+        count += counts[(g * chunks + ch) * k + cl];
     }
+    if (count) centroids[(g * k + cl) * d + i] = (float)(s / (double)count);
 }
 
 // counts [chunk][k] -> the first output position of each (chunk, cluster):
-// clusters in order, chunks in order within a cluster (a stable sort).
+// clusters in order, chunks in order within a cluster (a stable sort). One
+// warp per (batch, head), a lane per cluster: its total, a scan over lanes,
+// then its chunks in order.
+static_assert(kMaxClusters <= 32, "sort_offsets_kernel: one lane per cluster");
 __global__ void sort_offsets_kernel(int32_t *counts, int chunks, int k) {
     int32_t *cnt = counts + (int64_t)blockIdx.x * chunks * k;
-    int32_t running = 0;
-    for (int cl = 0; cl < k; cl++)
+    const int cl = threadIdx.x;
+    int32_t total = 0;
+    if (cl < k)
+        for (int ch = 0; ch < chunks; ch++) total += cnt[ch * k + cl];
+    int32_t inclusive = total;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int32_t below = __shfl_up_sync(0xffffffffu, inclusive, o);
+        if (cl >= o) inclusive += below;
+    }
+    int32_t running = inclusive - total;
+    if (cl < k)
         for (int ch = 0; ch < chunks; ch++) {
             const int32_t x = cnt[ch * k + cl];
             cnt[ch * k + cl] = running;
@@ -175,9 +203,9 @@ cudaError_t kmeans_group(const dev_tensor &v, const quant_common &c, int cluster
             partial_sums_kernel<<<dim3(chunks, slice), d, sums_smem, stream>>>(v, c, k, w.labels, w.sums,
                                                                             w.counts, g0);
         }
-        centroids_kernel<<<heads, d, 0, stream>>>(w.sums, w.counts, chunks, k, d, centroids);
+        centroids_kernel<<<dim3(heads, k), d, 0, stream>>>(w.sums, w.counts, chunks, k, d, centroids);
     }
-    sort_offsets_kernel<<<heads, 1, 0, stream>>>(w.counts, chunks, k);
+    sort_offsets_kernel<<<heads, 32, 0, stream>>>(w.counts, chunks, k);
     for (int g0 = 0; g0 < heads; g0 += kMaxGridY)
         scatter_kernel<<<dim3(chunks, (unsigned)min(kMaxGridY, heads - g0)), 32, 0, stream>>>(
             w.labels, w.counts, c.tokens, k, perm, g0);
