@@ -20,7 +20,9 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
+import time
 
 import torch
 
@@ -36,6 +38,15 @@ SHAPES = {  # name: (B, H, N, D)
     "seq-32k": (1, 32, 32768, 128),
     "d64-32k": (1, 32, 32768, 64),
 }
+
+
+def checkout_commit():
+    """The commit of this checkout (with -dirty when it has changes), or None."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def tflops(shape, ms):
@@ -211,7 +222,8 @@ def main():
           ("timed (SA2 call)" if any(r["sage2_ms"] for r in rows) else "not importable here",
            "timed" if any(r["fa3_ms"] for r in rows) else "not importable here"))
     meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
-            "vcattn": vc.lib.vcattn_version_string().decode()}
+            "vcattn": vc.lib.vcattn_version_string().decode(), "date": time.strftime("%Y-%m-%d"),
+            "commit": checkout_commit(), "lib": args.lib or os.environ.get("VCATTN_LIB", "default")}
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)

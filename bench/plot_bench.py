@@ -38,8 +38,10 @@ def main():
     ax.set_xticklabels(["%s\nH%d N%d D%d" % (r["shape"], r["H"], r["N"], r["D"]) for r in rows], fontsize=8)
     ax.set_ylabel("speed / cuDNN BF16 SDPA")
     meta = data.get("meta", {})
-    ax.set_title("%s, torch %s, vcattn %s (medians)" % (meta.get("device", "?"), meta.get("torch", "?"),
-                                                       meta.get("vcattn", "?")), fontsize=9)
+    run = ", ".join(meta[k] for k in ("date", "commit") if meta.get(k))
+    ax.set_title("%s, torch %s, vcattn %s%s (medians)" % (meta.get("device", "?"), meta.get("torch", "?"),
+                                                         meta.get("vcattn", "?"), ", " + run if run else ""),
+                 fontsize=9)
     ax.legend(fontsize=7, loc="upper left", ncol=3)
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
