@@ -1,6 +1,7 @@
 """The grouping step on the GPU: a warm k-means refresh call (step 4 of a
 40-step schedule) against a plain call (step 5, permutation reused), and the
-refresh call's device time per kernel (torch profiler, mean of 3 calls).
+refresh call's device time per kernel (bench_attention.kernel_ms: CUPTI
+durations over 3 calls).
 
 With several builds (--libs A,B,...) every build runs on the same inputs in
 one process and the refresh calls' outputs are compared bit for bit with the
@@ -11,31 +12,14 @@ bits (docs/perf-notes.md, 2026-12-03).
 """
 import argparse
 import os
-import re
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_attention import SHAPES, Vcattn, time_ms  # noqa: E402
+from bench_attention import SHAPES, Vcattn, kernel_ms, time_ms  # noqa: E402
 
 REFRESH_STEP, PLAIN_STEP = 4, 5  # of a 40-step schedule: in the window, a refresh step / a reuse step
-
-
-def kernel_breakdown(fn, calls=3):
-    """Mean device milliseconds per call, by kernel name."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    per = {}
-    for e in prof.events():
-        if e.device_time > 0:
-            found = re.findall(r"(\w+_kernel|Memcpy \w+|Memset)", e.name)
-            key = found[0] if found else e.name[:40]
-            per[key] = per.get(key, 0.0) + e.device_time / 1e3 / calls
-    return per
 
 
 def bench_build(vc, label, q, k, v, method, reps):
@@ -50,10 +34,11 @@ def bench_build(vc, label, q, k, v, method, reps):
     at_step(REFRESH_STEP)
     torch.cuda.synchronize()
     refreshed = out.clone()
-    per = kernel_breakdown(lambda: at_step(REFRESH_STEP))
+    attention_ms, per = kernel_ms(lambda: at_step(REFRESH_STEP), 3)
     vc.lib.vcattn_layer_destroy(layer)
     print("  %-28s refresh call %8.2f ms, plain call %8.2f ms: grouping adds %+.0f%%" %
           (label, refresh_ms, plain_ms, 100.0 * (refresh_ms / plain_ms - 1.0)))
+    print("      %9.3f ms  vc_attention kernel (median)" % attention_ms)
     for key, ms in sorted(per.items(), key=lambda x: -x[1])[:12]:
         print("      %9.3f ms  %s" % (ms, key))
     return refreshed
