@@ -1,9 +1,10 @@
 """Attention speed on the GPU: vcattn against the peers timed in the same
 process (torch SDPA with the cuDNN and flash backends in BF16; SageAttention2
 and FlashAttention-3, BF16 and FP8 (the cast to FP8 timed with the call), when
-importable: built from their source
-in the git-ignored peers/ folder, never committed: put the built package
-on PYTHONPATH, e.g. peers/sage2_pkg). Effective TFLOP/s =
+importable: built from their source in the git-ignored peers/ folder, never
+committed: put the built package on PYTHONPATH, e.g. peers/sage2_pkg;
+FlashAttention-4 BF16 (the paper's baseline; its CuTe DSL kernels compile at
+the first call) when its package `flash_attn.cute` is importable). Effective TFLOP/s =
 4 B H Nq Nk D / t; medians of CUDA-event timings after warm-up. Inputs are far larger than the 60 MB L2 at every shape,
 so no input rotation is needed for the long sequences.
 
@@ -134,21 +135,31 @@ def bench_shape(vc, name, shape, reps, versions=(), check_finite=0, method="vc")
         row["sage2_ms"] = time_ms(lambda: sageattn(q, k, v, tensor_layout="HND"), reps)
     except ImportError:
         row["sage2_ms"] = None
-    row["fa3_ms"] = row["fa3_fp8_ms"] = None
+    row["fa3_ms"] = row["fa3_fp8_ms"] = row["fa4_ms"] = None
     try:
         import flash_attn_interface as fa3  # FlashAttention-3 (hopper/), when built
     except ImportError:
         fa3 = None
-    if fa3 is not None:  # its layout is [B, N, H, D]
+    try:
+        from flash_attn.cute import flash_attn_func as fa4  # FlashAttention-4 (CuTe DSL, BF16 on sm_90)
+    except ImportError:
+        fa4 = None
+    if fa3 is not None or fa4 is not None:  # their layout is [B, N, H, D]
         qn, kn, vn = (x.transpose(1, 2).contiguous() for x in (q, k, v))
 
         def fp8_call():  # the cast is part of the call, as quantization is in ours
             fa3.flash_attn_func(*(x.to(torch.float8_e4m3fn) for x in (qn, kn, vn)))
-        for key, fn in (("fa3_ms", lambda: fa3.flash_attn_func(qn, kn, vn)), ("fa3_fp8_ms", fp8_call)):
+        calls = []
+        if fa3 is not None:
+            calls += [("fa3_ms", lambda: fa3.flash_attn_func(qn, kn, vn)), ("fa3_fp8_ms", fp8_call)]
+        if fa4 is not None:  # the first call compiles the kernel: time_ms's warm-up takes it
+            calls += [("fa4_ms", lambda: fa4(qn, kn, vn))]
+        for key, fn in calls:
             try:
                 row[key] = time_ms(fn, reps)
-            except RuntimeError as e:  # a build without FP8 or this head dim, or out of memory
-                print("  FlashAttention-3 (%s) failed: %s" % (key, str(e).splitlines()[0]), file=sys.stderr)
+            except Exception as e:  # a build without FP8 or this head dim, a failed JIT, out of memory
+                print("  %s failed: %s" % (key, str(e).splitlines()[0] if str(e) else type(e).__name__),
+                      file=sys.stderr)
         del qn, kn, vn
 
     cfg = vc.config(method, check_finite)
@@ -196,7 +207,8 @@ def main():
         torch.cuda.empty_cache()
     print("TFLOP/s (ratio to cuDNN BF16), medians of %d runs" % args.reps)
     peers = [(k, label) for k, label in (("sage2_ms", "SA2 call"), ("fa3_ms", "FA3 bf16"),
-                                         ("fa3_fp8_ms", "FA3 fp8")) if any(r.get(k) for r in rows)]
+                                         ("fa3_fp8_ms", "FA3 fp8"), ("fa4_ms", "FA4 bf16"))
+             if any(r.get(k) for r in rows)]
     print(("%-14s" + " %12s" * (6 + len(peers))) % (("shape", "cuDNN", "flash", "vc kernel", "vc call",
                                                      "grouping", "sage2*") + tuple(l for _, l in peers)))
     for r in rows:
@@ -212,15 +224,19 @@ def main():
                        [cell(r[k]) for k, _ in peers]))
         if r.get("sage2_ms"):
             print("%-14s vc call speed / SageAttention2 call speed: %.2fx" % ("", r["sage2_ms"] / r["vc_call_ms"]))
+        if r.get("fa4_ms"):  # the paper's H200 claim: the vc kernel 1.46x BF16 FlashAttention-4
+            print("%-14s vc kernel / vc call speed over FlashAttention-4 BF16: %.2fx / %.2fx" %
+                  ("", r["fa4_ms"] / r["vc_kernel_ms"], r["fa4_ms"] / r["vc_call_ms"]))
     for r in rows:
         timed = [k for k in sorted(r) if k.startswith("vc_v") and k.endswith("_kernel_ms")]
         if timed:
             shape = (r["B"], r["H"], r["N"], r["D"])
             print("%-14s kernel TFLOP/s: %s" % (r["shape"], ", ".join(
                 "%s %.0f" % (k[3:-10], tflops(shape, r[k])) for k in timed)))
-    print("sage2* = our sage2 variant (exp-then-cast, no V-Smooth); SageAttention2: %s; FlashAttention-3: %s" %
-          ("timed (SA2 call)" if any(r["sage2_ms"] for r in rows) else "not importable here",
-           "timed" if any(r["fa3_ms"] for r in rows) else "not importable here"))
+    def found(key):
+        return "timed" if any(r[key] for r in rows) else "not importable here"
+    print("sage2* = our sage2 variant (exp-then-cast, no V-Smooth); SageAttention2: %s; FlashAttention-3: %s; "
+          "FlashAttention-4: %s" % (found("sage2_ms"), found("fa3_ms"), found("fa4_ms")))
     meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
             "vcattn": vc.lib.vcattn_version_string().decode(), "date": time.strftime("%Y-%m-%d"),
             "commit": checkout_commit(), "lib": args.lib or os.environ.get("VCATTN_LIB", "default")}

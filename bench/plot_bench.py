@@ -12,7 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 COLUMNS = [("flash_ms", "torch flash (BF16)"), ("fa3_ms", "FlashAttention-3 BF16"),
-           ("fa3_fp8_ms", "FlashAttention-3 FP8"), ("sage2_ms", "SageAttention2 call"),
+           ("fa3_fp8_ms", "FlashAttention-3 FP8"), ("fa4_ms", "FlashAttention-4 BF16"),
+           ("sage2_ms", "SageAttention2 call"),
            ("sage2_ours_call_ms", "vcattn sage2 call"), ("vc_grouping_ms", "vc grouping call"),
            ("vc_call_ms", "vc call"), ("vc_kernel_ms", "vc kernel")]
 
