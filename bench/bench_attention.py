@@ -4,7 +4,8 @@ and FlashAttention-3, BF16 and FP8 (the cast to FP8 timed with the call), when
 importable: built from their source in the git-ignored peers/ folder, never
 committed: put the built package on PYTHONPATH, e.g. peers/sage2_pkg;
 FlashAttention-4 BF16 (the paper's baseline; its CuTe DSL kernels compile at
-the first call) when its package `flash_attn.cute` is importable). Effective TFLOP/s =
+the first call) when its package `flash_attn.cute` is importable). Peers are
+timed as whole calls (CUDA events); "vc kernel" is our kernel's CUPTI time. Effective TFLOP/s =
 4 B H Nq Nk D / t; medians of CUDA-event timings after warm-up. Inputs are far larger than the 60 MB L2 at every shape,
 so no input rotation is needed for the long sequences.
 
@@ -48,6 +49,11 @@ def checkout_commit():
                               cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def first_line(e):
+    """The first non-empty line of an exception's message, or its type's name."""
+    return next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
 
 
 def tflops(shape, ms):
@@ -129,7 +135,7 @@ def bench_shape(vc, name, shape, reps, versions=(), check_finite=0, method="vc")
             row[label + "_ms"] = sdpa(backend)
         except RuntimeError as e:
             row[label + "_ms"] = None
-            print("  %s unavailable: %s" % (label, str(e).splitlines()[0]), file=sys.stderr)
+            print("  %s unavailable: %s" % (label, first_line(e)), file=sys.stderr)
     try:
         from sageattention import sageattn
         row["sage2_ms"] = time_ms(lambda: sageattn(q, k, v, tensor_layout="HND"), reps)
@@ -143,6 +149,9 @@ def bench_shape(vc, name, shape, reps, versions=(), check_finite=0, method="vc")
     try:
         from flash_attn.cute import flash_attn_func as fa4  # FlashAttention-4 (CuTe DSL, BF16 on sm_90)
     except ImportError:
+        fa4 = None
+    except Exception as e:  # installed but broken (a DSL or driver mismatch): time the others
+        print("  FlashAttention-4 not usable: %s" % first_line(e), file=sys.stderr)
         fa4 = None
     if fa3 is not None or fa4 is not None:  # their layout is [B, N, H, D]
         qn, kn, vn = (x.transpose(1, 2).contiguous() for x in (q, k, v))
@@ -158,8 +167,8 @@ def bench_shape(vc, name, shape, reps, versions=(), check_finite=0, method="vc")
             try:
                 row[key] = time_ms(fn, reps)
             except Exception as e:  # a build without FP8 or this head dim, a failed JIT, out of memory
-                print("  %s failed: %s" % (key, str(e).splitlines()[0] if str(e) else type(e).__name__),
-                      file=sys.stderr)
+                print("  %s failed: %s" % (key, first_line(e)), file=sys.stderr)
+                torch.cuda.synchronize()  # a fault that broke the context stops the bench here, not later
         del qn, kn, vn
 
     cfg = vc.config(method, check_finite)
