@@ -5,9 +5,10 @@ importable: built from their source in the git-ignored peers/ folder, never
 committed: put the built package on PYTHONPATH, e.g. peers/sage2_pkg;
 FlashAttention-4 BF16 (the paper's baseline; its CuTe DSL kernels compile at
 the first call) when its package `flash_attn.cute` is importable). Peers are
-timed as whole calls (CUDA events); "vc kernel" is our kernel's CUPTI time. Effective TFLOP/s =
-4 B H Nq Nk D / t; medians of CUDA-event timings after warm-up. Inputs are far larger than the 60 MB L2 at every shape,
-so no input rotation is needed for the long sequences.
+timed as whole calls (CUDA events); "vc kernel" is our kernel's CUPTI time.
+Effective TFLOP/s = 4 B H Nq Nk D / t; medians of CUDA-event timings after
+warm-up. Inputs are far larger than the 60 MB L2 at every shape, so no input
+rotation is needed for the long sequences.
 
 Columns: vc kernel = the attention kernel alone (its CUPTI duration from the
 torch profiler, quantized inputs ready); vc call = the whole call on a plain
@@ -155,11 +156,10 @@ def bench_shape(vc, name, shape, reps, versions=(), check_finite=0, method="vc")
         fa4 = None
     if fa3 is not None or fa4 is not None:  # their layout is [B, N, H, D]
         qn, kn, vn = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-
-        def fp8_call():  # the cast is part of the call, as quantization is in ours
-            fa3.flash_attn_func(*(x.to(torch.float8_e4m3fn) for x in (qn, kn, vn)))
         calls = []
         if fa3 is not None:
+            def fp8_call():  # the cast is part of the call, as quantization is in ours
+                fa3.flash_attn_func(*(x.to(torch.float8_e4m3fn) for x in (qn, kn, vn)))
             calls += [("fa3_ms", lambda: fa3.flash_attn_func(qn, kn, vn)), ("fa3_fp8_ms", fp8_call)]
         if fa4 is not None:  # the first call compiles the kernel: time_ms's warm-up takes it
             calls += [("fa4_ms", lambda: fa4(qn, kn, vn))]
