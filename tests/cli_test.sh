@@ -89,6 +89,14 @@ check "eval --size full" 2 "only the small presets" -- eval --study all --size f
 check "eval --study unknown" 2 "unknown study 'table1'" -- eval --study table1
 check "run --study" 2 "--study belongs to eval" -- run --study orders
 check "eval --methods" 0 "vc+hadamard" "sage2 " -- eval --workload tiny --methods sage2,vc+hadamard
+check "eval --draws" 0 "seeds 5..6 pooled" "Per draw, rel L2 (seeds 5..6)" "vc below sage2 on" \
+    -- eval --workload tiny --seed 5 --draws 2 --methods sage2,vc --backend cpu
+check "eval --draws json" 0 '"draws": 2' '"rel_l2_per_draw": [' -- \
+    eval --workload tiny --draws 2 --methods sage2,vc --backend cpu --json
+check "eval --draws 0" 2 "--draws: '0' is not an integer in [1, 64]" -- eval --draws 0
+check "eval --draws 65" 2 "--draws: '65' is not an integer in [1, 64]" -- eval --draws 65
+check "run --draws" 2 "--draws belongs to eval" -- run --draws 2
+check "eval --draws --study" 2 "--draws applies to the method table" -- eval --study orders --draws 2
 check "eval --methods unknown" 2 "unknown method 'nope'" -- eval --methods sage2,nope
 check "run --methods" 2 "--methods belongs to eval" -- run --methods sage2
 check "eval --q-smoothing" 0 '"q_smoothing": true' -- run --workload tiny --method vc --q-smoothing --backend cpu --json
@@ -107,6 +115,8 @@ done
 check "captured layer 5: eval" 0 "Nk=512 D=32" "vsmooth " -- eval --backend cpu --methods sage2,vsmooth $files
 check "eval: files and --workload" 2 "not both" -- eval --workload tiny --q "$data/minilm-l0-q.npy" \
     --k "$data/minilm-l0-k.npy" --v "$data/minilm-l0-v.npy"
+check "eval: files and --draws" 2 "--draws applies to built-in workloads" -- eval --draws 2 \
+    --q "$data/minilm-l0-q.npy" --k "$data/minilm-l0-k.npy" --v "$data/minilm-l0-v.npy"
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -282,6 +282,17 @@ static void check_metrics(void) {
     metrics_compute(x, ref, R, C, &m);
     CHECK_CLOSE(m.worst_row_rel_l2, 0.75, 1e-15, "zero-ref row uses absolute error");
 
+    /* Sums added part by part (eval's pooled draws) give the whole's metrics,
+     * bit for bit; here the rows differ, so a wrong pooling would show. */
+    for (int i = 0; i < R * C; i++) x[i] = (float)(ref[i] + 0.01 * ((i * 7) % 5 - 2) + (i / C) * 0.03);
+    metrics_compute(x, ref, R, C, &m);
+    metrics_sums sums = {0};
+    metrics_sums_add(&sums, x, ref, 1, C);
+    metrics_sums_add(&sums, x + C, ref + C, R - 1, C);
+    metrics_sums_finish(&sums, &md);
+    CHECK(memcmp(&m, &md, sizeof m) == 0 && m.rel_l2 > 0, "pooled sums differ from the whole: rel L2 %.17g vs %.17g",
+          md.rel_l2, m.rel_l2);
+
     x[3] = NAN;
     x[7] = -INFINITY;
     metrics_compute(x, ref, R, C, &m);

@@ -6,56 +6,64 @@
 #include <stddef.h>
 
 /* Exactly one of xf, xd is non-NULL. */
-static void metrics_impl(const float *xf, const double *xd, const double *ref, int64_t rows,
-                         int64_t cols, vcattn_metrics *m) {
-    long double dot = 0, xx = 0, rr = 0, ee = 0, l1e = 0, l1r = 0;
-    double max_abs = 0, worst = 0;
-    int64_t nonfinite = 0;
+static void sums_add(metrics_sums *s, const float *xf, const double *xd, const double *ref,
+                     int64_t rows, int64_t cols) {
     for (int64_t r = 0; r < rows; r++) {
         long double row_ee = 0, row_rr = 0;
         for (int64_t c = 0; c < cols; c++) {
             int64_t i = r * cols + c;
             double x = xf ? (double)xf[i] : xd[i];
             if (!isfinite(x)) {
-                nonfinite++;
+                s->nonfinite++;
                 continue;
             }
             double y = ref[i], e = fabs(x - y);
-            dot += (long double)x * y;
-            xx += (long double)x * x;
+            s->dot += (long double)x * y;
+            s->xx += (long double)x * x;
             row_rr += (long double)y * y;
             row_ee += (long double)e * e;
-            l1e += e;
-            l1r += fabs(y);
-            if (e > max_abs) max_abs = e;
+            s->l1e += e;
+            s->l1r += fabs(y);
+            if (e > s->max_abs) s->max_abs = e;
         }
         double row = row_rr > 0 ? (double)sqrtl(row_ee / row_rr) : (double)sqrtl(row_ee);
-        if (row > worst) worst = row;
-        rr += row_rr;
-        ee += row_ee;
+        if (row > s->worst) s->worst = row;
+        s->rr += row_rr;
+        s->ee += row_ee;
     }
-    m->nonfinite = nonfinite;
-    if (nonfinite > 0) {
+}
+
+void metrics_sums_add(metrics_sums *s, const float *x, const double *ref, int64_t rows, int64_t cols) {
+    sums_add(s, x, NULL, ref, rows, cols);
+}
+
+void metrics_sums_finish(const metrics_sums *s, vcattn_metrics *m) {
+    m->nonfinite = s->nonfinite;
+    if (s->nonfinite > 0) {
         m->cosine = m->rel_l1 = m->rel_l2 = m->snr_db = m->max_abs = m->worst_row_rel_l2 = NAN;
         return;
     }
-    if (xx > 0 && rr > 0)  /* clamped: rounding can land a hair past +-1 */
-        m->cosine = fmax(-1.0, fmin(1.0, (double)(dot / sqrtl(xx * rr))));
+    if (s->xx > 0 && s->rr > 0)  /* clamped: rounding can land a hair past +-1 */
+        m->cosine = fmax(-1.0, fmin(1.0, (double)(s->dot / sqrtl(s->xx * s->rr))));
     else
-        m->cosine = (xx == 0 && rr == 0) ? 1.0 : 0.0;
-    m->rel_l1 = l1r > 0 ? (double)(l1e / l1r) : (l1e > 0 ? INFINITY : 0.0);
-    m->rel_l2 = rr > 0 ? (double)sqrtl(ee / rr) : (ee > 0 ? INFINITY : 0.0);
-    m->snr_db = ee > 0 ? (double)(10.0L * log10l(rr / ee)) : INFINITY;
-    m->max_abs = max_abs;
-    m->worst_row_rel_l2 = worst;
+        m->cosine = (s->xx == 0 && s->rr == 0) ? 1.0 : 0.0;
+    m->rel_l1 = s->l1r > 0 ? (double)(s->l1e / s->l1r) : (s->l1e > 0 ? INFINITY : 0.0);
+    m->rel_l2 = s->rr > 0 ? (double)sqrtl(s->ee / s->rr) : (s->ee > 0 ? INFINITY : 0.0);
+    m->snr_db = s->ee > 0 ? (double)(10.0L * log10l(s->rr / s->ee)) : INFINITY;
+    m->max_abs = s->max_abs;
+    m->worst_row_rel_l2 = s->worst;
 }
 
 void metrics_compute(const float *x, const double *ref, int64_t rows, int64_t cols,
                      vcattn_metrics *m) {
-    metrics_impl(x, NULL, ref, rows, cols, m);
+    metrics_sums s = {0};
+    sums_add(&s, x, NULL, ref, rows, cols);
+    metrics_sums_finish(&s, m);
 }
 
 void metrics_compute_f64(const double *x, const double *ref, int64_t rows, int64_t cols,
                          vcattn_metrics *m) {
-    metrics_impl(NULL, x, ref, rows, cols, m);
+    metrics_sums s = {0};
+    sums_add(&s, NULL, x, ref, rows, cols);
+    metrics_sums_finish(&s, m);
 }

@@ -15,6 +15,17 @@ typedef struct {
     int64_t nonfinite;    /* count of NaN/Inf in x; if > 0 all error metrics are NaN and cosine NaN */
 } vcattn_metrics;
 
+/* Running sums of the metrics over several results, as if their rows were
+ * concatenated in the order added (bit for bit: sums in that element order). */
+typedef struct {
+    long double dot, xx, rr, ee, l1e, l1r;
+    double max_abs, worst;
+    int64_t nonfinite;
+} metrics_sums;
+
+void metrics_sums_add(metrics_sums *s, const float *x, const double *ref, int64_t rows, int64_t cols);
+void metrics_sums_finish(const metrics_sums *s, vcattn_metrics *m);
+
 /* Degenerate cases: ref all zero gives rel_l1/rel_l2 0 if x is too, else
  * +inf; cosine is 1 if x and ref are both all zero, 0 if only one is. An
  * empty input counts as exact. */

@@ -79,7 +79,7 @@ static const char USAGE_RUN[] =
     "  --json                    one JSON object on stdout\n";
 
 static const char USAGE_EVAL[] =
-    "Usage: vcattn eval [--workload NAME [--seed S] | --q F --k F --v F] [options]\n"
+    "Usage: vcattn eval [--workload NAME [--seed S] [--draws N] | --q F --k F --v F] [options]\n"
     "\n"
     "Runs bf16, fp8-naive, sage2, sage2+hadamard, vsmooth, vc, sage3-4bit,\n"
     "sage3-4bit+hadamard and vsmooth-4bit on one workload (default small) or on\n"
@@ -87,8 +87,13 @@ static const char USAGE_EVAL[] =
     "prints their fidelity against the FP64 reference, the V-quantization error,\n"
     "the output error split into the probability and the value term of eq. 2,\n"
     "and the block-mean energy share of V before and after k-means grouping.\n"
+    "A built-in workload is drawn N times (seeds S .. S+N-1, default N = 4):\n"
+    "the table pools the draws' outputs as one set of rows, and the rel L2 of\n"
+    "sage2, vsmooth and vc is also printed per draw.\n"
     "\n"
     "Options:\n"
+    "  --draws N                 workload draws pooled, 1 to 64 (default 4; the\n"
+    "                            full-size presets take minutes per draw)\n"
     "  --backend cpu|cuda|auto   (default auto)\n"
     "  --dtype bf16|f16|f32      input precision (default bf16)\n"
     "  --threads N               CPU threads (default: all cores)\n"
@@ -220,6 +225,9 @@ static int parse_float(const char *s, double lo, double hi, int open, float *out
 /* ---------------------------------------------------------------- options */
 
 #define MAX_EVAL_METHODS 16
+#define MAX_DRAWS 64
+#define DEFAULT_DRAWS 4  /* eval on a built-in workload: one draw of `small` is
+                            too few rows to rank methods a few per cent apart */
 
 typedef struct {
     const char *cmd;                     /* "run" or "eval" */
@@ -228,6 +236,7 @@ typedef struct {
     const char *workload;
     uint64_t seed;
     int seed_set;
+    int draws;                           /* eval: workload draws pooled, 0 = default */
     const char *method;
     vcattn_backend backend;
     vcattn_dtype dtype;
@@ -248,7 +257,8 @@ typedef enum {
     OPT_HELP, OPT_JSON, OPT_Q, OPT_K, OPT_V, OPT_V_FORMAT, OPT_BF16, OPT_LAYOUT, OPT_WORKLOAD,
     OPT_SEED, OPT_METHOD, OPT_BACKEND, OPT_DTYPE, OPT_THREADS, OPT_OUT, OPT_HADAMARD,
     OPT_NO_HADAMARD, OPT_K_SMOOTHING, OPT_NO_K_SMOOTHING, OPT_VSMOOTH, OPT_NO_VSMOOTH, OPT_QK,
-    OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS, OPT_Q_SMOOTHING, OPT_SINK_GUARD, OPT_SIZE
+    OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS, OPT_Q_SMOOTHING, OPT_SINK_GUARD, OPT_SIZE,
+    OPT_DRAWS
 } opt_id;
 
 typedef struct {
@@ -276,6 +286,7 @@ static const opt_spec OPTS[] = {
     {"--beta", OPT_BETA, 1, 1},       {"--sm-scale", OPT_SM_SCALE, 1, 1},
     {"--sink-guard", OPT_SINK_GUARD, 1, 1}, {"--size", OPT_SIZE, 1, 0},
     {"--study", OPT_STUDY, 1, 0},     {"--methods", OPT_METHODS, 1, 0},
+    {"--draws", OPT_DRAWS, 1, 0},
 };
 #define NUM_OPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -402,6 +413,12 @@ static int parse_options(int argc, char **argv, options *o) {
             if (!parse_float(val, 0.0, 1e30, 0, &o->sm_scale))
                 return usage_error(cmd, "--sm-scale: '%s' is not a finite number >= 0", val);
             break;
+        case OPT_DRAWS:
+            if (run) return usage_error(cmd, "--draws belongs to eval");
+            if (!parse_long(val, 1, MAX_DRAWS, &n))
+                return usage_error(cmd, "--draws: '%s' is not an integer in [1, %d]", val, MAX_DRAWS);
+            o->draws = (int)n;
+            break;
         case OPT_STUDY:
             if (run) return usage_error(cmd, "--study belongs to eval");
             if (strcmp(val, "orders") && strcmp(val, "expcast") && strcmp(val, "stats") &&
@@ -435,6 +452,9 @@ static int parse_options(int argc, char **argv, options *o) {
         return usage_error(cmd, "--q, --k and --v go together");
     if (files && (o->workload || o->seed_set))
         return usage_error(cmd, "give either .npy inputs or --workload/--seed, not both");
+    if (files && o->draws)
+        return usage_error(cmd, "--draws applies to built-in workloads (.npy inputs are one draw)");
+    if (o->study && o->draws) return usage_error(cmd, "--draws applies to the method table, not to --study");
     if (!files && (o->bf16_files || o->layout_set))
         return usage_error(cmd, "--bf16 and --layout apply to .npy inputs only");
     if (o->out_path && !*o->out_path) return usage_error(cmd, "--out: empty file name");
@@ -797,13 +817,12 @@ static vcattn_status attention_or_cpu(vcattn_context *ctx, vcattn_context *cpu_c
     return st;
 }
 
-/* The permutation a cold-start V-Smooth call computes for kv head `stream`. */
 /* Per kv head: V as the attention sees it (input dtype, no RoPE), grouped as a
  * cold-start call of cfg groups it when cfg->vsmooth, quantized and rebuilt:
- * |V - V_hat|_F / |V|_F over all heads into *v_err (if set). With energy set,
- * also the block-mean energy shares in sequence order and in cfg's grouping,
- * averaged over heads. */
-static vcattn_status value_analysis(const vcattn_config *cfg, const vcattn_tensor *v, double *v_err,
+ * |V - V_hat|_F^2 and |V|_F^2 over all heads added to v_sums (if set). With
+ * energy set, also the block-mean energy shares in sequence order and in
+ * cfg's grouping, averaged over heads, added to it. */
+static vcattn_status value_analysis(const vcattn_config *cfg, const vcattn_tensor *v, double v_sums[2],
                                     double energy[2]) {
     const int64_t n = v->tokens, d = v->head_dim, heads = v->batch * v->heads;
     float *x = malloc((size_t)(n * d) * sizeof *x);
@@ -811,7 +830,6 @@ static vcattn_status value_analysis(const vcattn_config *cfg, const vcattn_tenso
     int32_t *perm = malloc((size_t)n * sizeof *perm);
     vcattn_status st = VCATTN_ERR_OUT_OF_MEMORY;
     double num = 0.0, den = 0.0;
-    if (energy) energy[0] = energy[1] = 0.0;
     if (!x || !xp || !perm) goto done;
     for (int64_t g = 0; g < heads; g++) {
         for (int64_t t = 0; t < n; t++)
@@ -822,7 +840,7 @@ static vcattn_status value_analysis(const vcattn_config *cfg, const vcattn_tenso
             energy[0] += vsmooth_block_mean_energy_share(x, n, d, NULL, ENERGY_BLOCK) / heads;
             energy[1] += vsmooth_block_mean_energy_share(x, n, d, perm, ENERGY_BLOCK) / heads;
         }
-        if (v_err) {
+        if (v_sums) {
             for (int64_t t = 0; t < n; t++)
                 memcpy(xp + t * d, x + (cfg->vsmooth ? perm[t] : t) * d, (size_t)d * sizeof *xp);
             /* x no longer needed: it takes the reconstruction. */
@@ -834,21 +852,14 @@ static vcattn_status value_analysis(const vcattn_config *cfg, const vcattn_tenso
             }
         }
     }
-    if (v_err) *v_err = den > 0.0 ? sqrt(num / den) : 0.0;
+    if (v_sums) {
+        v_sums[0] += num;
+        v_sums[1] += den;
+    }
     st = VCATTN_OK;
 done:
     free(x); free(xp); free(perm);
     return st;
-}
-
-/* |a - b|_2 over count values. */
-static double l2_diff(const float *a, const float *b, int64_t count) {
-    double s = 0.0;
-    for (int64_t i = 0; i < count; i++) {
-        double e = (double)a[i] - b[i];
-        s += e * e;
-    }
-    return sqrt(s);
 }
 
 /* eval --study: the fidelity studies on the CPU (tools/studies.c). */
@@ -920,6 +931,48 @@ static int cmd_study(const options *o) {
     return rc;
 }
 
+/* The methods the summary lines compare: the baseline first. */
+static const char *const EVAL_FOCUS[] = {"sage2", "vsmooth", "vc"};
+
+/* One method's sums over the draws. */
+typedef struct {
+    metrics_sums out, pv;     /* O_q and O_pv against the reference */
+    long double value_ee;     /* |O_pv - O_q|^2 */
+    double v_sums[2];         /* |V - V_hat|^2, |V|^2 */
+    double rel_l2[MAX_DRAWS]; /* of each draw alone */
+} eval_sums;
+
+/* Adds |a - b|^2 over count values to *ee. */
+static void add_sq_diff(const float *a, const float *b, int64_t count, long double *ee) {
+    for (int64_t i = 0; i < count; i++) {
+        double e = (double)a[i] - b[i];
+        *ee += (long double)e * e;
+    }
+}
+
+static void print_per_draw(const options *o, int draws, const char *const *methods, size_t count,
+                           const eval_sums *sums) {
+    const eval_sums *f[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < count; i++)
+            if (strcmp(methods[i], EVAL_FOCUS[k]) == 0) f[k] = &sums[i];
+    printf("Per draw, rel L2 (seeds %llu..%llu):\n", (unsigned long long)o->seed,
+           (unsigned long long)(o->seed + (uint64_t)draws - 1));
+    for (int k = 0; k < 3; k++) {
+        if (!f[k]) continue;
+        printf("  %-8s", EVAL_FOCUS[k]);
+        for (int d = 0; d < draws; d++) printf(" %.3e", f[k]->rel_l2[d]);
+        printf("\n");
+    }
+    for (int k = 1; k < 3 && f[0]; k++) {
+        if (!f[k]) continue;
+        int below = 0;
+        for (int d = 0; d < draws; d++) below += f[k]->rel_l2[d] < f[0]->rel_l2[d];
+        printf("%s%s below sage2 on %d of %d draws", k == 1 || !f[1] ? "" : "; ", EVAL_FOCUS[k], below, draws);
+    }
+    if (f[0] && (f[1] || f[2])) printf(".\n");
+}
+
 static int cmd_eval(const options *o) {
     if (o->study) return cmd_study(o);
     vcattn_context *ctx = NULL, *cpu_ctx = NULL;
@@ -928,14 +981,17 @@ static int cmd_eval(const options *o) {
     float *oq = NULL, *opv = NULL;
     double *ref = NULL;
     eval_row rows_out[MAX_EVAL_METHODS];
-    double energy[2];
+    eval_sums *sums = NULL;
+    double energy[2] = {0.0, 0.0};
     int rc;
     const size_t NUM_EVAL = o->n_methods ? (size_t)o->n_methods
                                          : sizeof DEFAULT_EVAL_METHODS / sizeof DEFAULT_EVAL_METHODS[0];
     const char *const *EVAL_METHODS = o->n_methods ? o->methods : DEFAULT_EVAL_METHODS;
-    vcattn_status st = load_inputs(o, &in, err);
-    if (st) {
-        rc = lib_error(st, err);
+    const int draws = o->q_path ? 1 : o->draws ? o->draws : DEFAULT_DRAWS;
+    memset(&in, 0, sizeof in);
+    memset(rows_out, 0, sizeof rows_out);
+    if (!(sums = calloc(NUM_EVAL, sizeof *sums))) {
+        rc = lib_error(VCATTN_ERR_OUT_OF_MEMORY, "eval sums");
         goto done;
     }
     if ((rc = open_context(o->backend, &ctx))) goto done;
@@ -943,76 +999,108 @@ static int cmd_eval(const options *o) {
         (rc = open_context(VCATTN_BACKEND_CPU, &cpu_ctx)))
         goto done;
     const char *backend = vcattn_backend_name(vcattn_context_backend(ctx));
-    const int64_t rows = in.q.batch * in.q.heads * in.q.tokens, d = in.q.head_dim;
-    oq = malloc((size_t)(rows * d) * sizeof *oq);
-    opv = malloc((size_t)(rows * d) * sizeof *opv);
-    ref = malloc((size_t)(rows * d) * sizeof *ref);
-    if (!oq || !opv || !ref) {
-        rc = lib_error(VCATTN_ERR_OUT_OF_MEMORY, "output buffers");
-        goto done;
-    }
-    const int64_t b = in.q.batch, hq = in.q.heads, nq = in.q.tokens;
-    vcattn_tensor tq = vcattn_tensor_bhnd(oq, VCATTN_DTYPE_F32, b, hq, nq, d);
-    vcattn_tensor tpv = vcattn_tensor_bhnd(opv, VCATTN_DTYPE_F32, b, hq, nq, d);
 
-    fprintf(stderr, "[0/%zu] fp64 reference ...\n", NUM_EVAL);
-    if ((st = vcattn_reference_attention(&in.q, &in.k, &in.v, inputs_rope(&in), 0.0f, ref, NULL))) {
-        rc = lib_error(st, "fp64 reference attention");
-        goto done;
-    }
-    double ref_norm = 0.0;
-    for (int64_t i = 0; i < rows * d; i++) ref_norm += ref[i] * ref[i];
-    ref_norm = sqrt(ref_norm);
-
-    for (size_t i = 0; i < NUM_EVAL; i++) {
-        fprintf(stderr, "[%zu/%zu] %s ...\n", i + 1, NUM_EVAL, EVAL_METHODS[i]);
-        eval_row *r = &rows_out[i];
-        vcattn_config cfg;
-        vcattn_config_from_method(EVAL_METHODS[i], &cfg);
-        cfg.num_threads = o->threads;
-        if (o->q_smoothing > 0) cfg.q_smoothing = 1;
-        vcattn_context *used, *pv_used;
-        double t0 = now_ms();
-        st = attention_or_cpu(ctx, cpu_ctx, &cfg, &in, &tq, &used);
-        r->ms = now_ms() - t0;
-        r->backend = vcattn_context_backend(used);
-        /* O_pv: quantized P, exact V. V-Smooth stays as the method has it: its
-         * permutation reorders the key tiles, and with them the running maxima
-         * P is encoded against, so turning it off would move P error into the
-         * value term; with exact V its demeaning is exact. */
-        vcattn_config pv = cfg;
-        pv.v_format = VCATTN_V_EXACT;
-        int own_pv = cfg.v_format == VCATTN_V_EXACT;
-        if (!st && !own_pv) st = attention_or_cpu(ctx, cpu_ctx, &pv, &in, &tpv, &pv_used);
-        else pv_used = used;
+    for (int draw = 0; draw < draws; draw++) {
+        options each = *o;
+        each.seed = o->seed + (uint64_t)draw;
+        inputs_free(&in);
+        vcattn_status st = load_inputs(&each, &in, err);
         if (st) {
-            char msg[ERRLEN + 64];
-            snprintf(msg, sizeof msg, "%s: %s", EVAL_METHODS[i], vcattn_last_error(own_pv ? used : pv_used));
-            rc = lib_error(st, msg);
+            rc = lib_error(st, err);
             goto done;
         }
-        const float *o_pv = own_pv ? oq : opv;
-        vcattn_metrics pm;
-        metrics_compute(oq, ref, rows, d, &r->m);
-        metrics_compute(o_pv, ref, rows, d, &pm);
-        r->prob = pm.rel_l2;
-        r->value = ref_norm > 0.0 ? l2_diff(o_pv, oq, rows * d) / ref_norm : 0.0;
-        r->v_err = 0.0;
-        if (cfg.v_format != VCATTN_V_EXACT &&
-            (st = value_analysis(&cfg, &in.v, &r->v_err, NULL))) {
+        const int64_t rows = in.q.batch * in.q.heads * in.q.tokens, d = in.q.head_dim;
+        if (!ref) {  /* every draw of a workload has the same shape */
+            oq = malloc((size_t)(rows * d) * sizeof *oq);
+            opv = malloc((size_t)(rows * d) * sizeof *opv);
+            ref = malloc((size_t)(rows * d) * sizeof *ref);
+            if (!oq || !opv || !ref) {
+                rc = lib_error(VCATTN_ERR_OUT_OF_MEMORY, "output buffers");
+                goto done;
+            }
+        }
+        const int64_t b = in.q.batch, hq = in.q.heads, nq = in.q.tokens;
+        vcattn_tensor tq = vcattn_tensor_bhnd(oq, VCATTN_DTYPE_F32, b, hq, nq, d);
+        vcattn_tensor tpv = vcattn_tensor_bhnd(opv, VCATTN_DTYPE_F32, b, hq, nq, d);
+
+        fprintf(stderr, "[draw %d/%d] [0/%zu] fp64 reference ...\n", draw + 1, draws, NUM_EVAL);
+        if ((st = vcattn_reference_attention(&in.q, &in.k, &in.v, inputs_rope(&in), 0.0f, ref, NULL))) {
+            rc = lib_error(st, "fp64 reference attention");
+            goto done;
+        }
+        for (size_t i = 0; i < NUM_EVAL; i++) {
+            fprintf(stderr, "[draw %d/%d] [%zu/%zu] %s ...\n", draw + 1, draws, i + 1, NUM_EVAL,
+                    EVAL_METHODS[i]);
+            eval_row *r = &rows_out[i];
+            eval_sums *sm = &sums[i];
+            vcattn_config cfg;
+            vcattn_config_from_method(EVAL_METHODS[i], &cfg);
+            cfg.num_threads = o->threads;
+            if (o->q_smoothing > 0) cfg.q_smoothing = 1;
+            vcattn_context *used, *pv_used;
+            double t0 = now_ms();
+            st = attention_or_cpu(ctx, cpu_ctx, &cfg, &in, &tq, &used);
+            r->ms += (now_ms() - t0) / draws;
+            r->backend = vcattn_context_backend(used);
+            /* O_pv: quantized P, exact V. V-Smooth stays as the method has it: its
+             * permutation reorders the key tiles, and with them the running maxima
+             * P is encoded against, so turning it off would move P error into the
+             * value term; with exact V its demeaning is exact. */
+            vcattn_config pv = cfg;
+            pv.v_format = VCATTN_V_EXACT;
+            int own_pv = cfg.v_format == VCATTN_V_EXACT;
+            if (!st && !own_pv) st = attention_or_cpu(ctx, cpu_ctx, &pv, &in, &tpv, &pv_used);
+            else pv_used = used;
+            if (st) {
+                char msg[ERRLEN + 64];
+                snprintf(msg, sizeof msg, "%s: %s", EVAL_METHODS[i], vcattn_last_error(own_pv ? used : pv_used));
+                rc = lib_error(st, msg);
+                goto done;
+            }
+            const float *o_pv = own_pv ? oq : opv;
+            vcattn_metrics alone;
+            metrics_compute(oq, ref, rows, d, &alone);
+            sm->rel_l2[draw] = alone.rel_l2;
+            metrics_sums_add(&sm->out, oq, ref, rows, d);
+            metrics_sums_add(&sm->pv, o_pv, ref, rows, d);
+            add_sq_diff(o_pv, oq, rows * d, &sm->value_ee);
+            if (cfg.v_format != VCATTN_V_EXACT && (st = value_analysis(&cfg, &in.v, sm->v_sums, NULL))) {
+                rc = lib_error(st, "value analysis");
+                goto done;
+            }
+        }
+        vcattn_config vc;
+        vcattn_config_from_method("vc", &vc);
+        double e[2] = {0.0, 0.0};
+        if ((st = value_analysis(&vc, &in.v, NULL, e))) {
             rc = lib_error(st, "value analysis");
             goto done;
         }
+        energy[0] += e[0] / draws;
+        energy[1] += e[1] / draws;
+    }
+    if (draws > 1) {  /* "workload small (seed 0, ...)" -> "workload small (seeds 0..3 pooled, ...)" */
+        char *grid = strchr(in.source, ',');
+        char tail[sizeof in.source];
+        snprintf(tail, sizeof tail, "%s", grid ? grid : ")");
+        snprintf(in.source, sizeof in.source, "workload %s (seeds %llu..%llu pooled%.150s", in.w.name,
+                 (unsigned long long)o->seed, (unsigned long long)(o->seed + (uint64_t)draws - 1), tail);
+    }
+    for (size_t i = 0; i < NUM_EVAL; i++) {
+        eval_row *r = &rows_out[i];
+        const eval_sums *sm = &sums[i];
+        vcattn_metrics pm;
+        metrics_sums_finish(&sm->out, &r->m);
+        metrics_sums_finish(&sm->pv, &pm);
+        r->prob = pm.rel_l2;
+        r->value = sm->out.rr > 0 ? (double)sqrtl(sm->value_ee / sm->out.rr) : 0.0;
+        r->v_err = sm->v_sums[1] > 0.0 ? sqrt(sm->v_sums[0] / sm->v_sums[1]) : 0.0;
     }
     vcattn_config vc;
     vcattn_config_from_method("vc", &vc);
-    if ((st = value_analysis(&vc, &in.v, NULL, energy))) {
-        rc = lib_error(st, "value analysis");
-        goto done;
-    }
 
     /* Does the value term dominate (share > 1/2) where V-Smooth should help? */
-    static const char *const FOCUS[] = {"sage2", "vsmooth", "vc"};
+    const char *const *FOCUS = EVAL_FOCUS;
     double share[3] = {0.0, 0.0, 0.0};
     int dominates[3] = {0, 0, 0}, found[3] = {0, 0, 0}, n_found = 0;
     for (int f = 0; f < 3; f++)
@@ -1028,8 +1116,8 @@ static int cmd_eval(const options *o) {
     if (o->json) {
         printf("{\"workload\": ");
         json_str(in.source);
-        printf(", \"backend\": \"%s\", \"dtype\": \"%s\", \"shape\": ", backend,
-               vcattn_dtype_name(o->dtype));
+        printf(", \"backend\": \"%s\", \"dtype\": \"%s\", \"draws\": %d, \"shape\": ", backend,
+               vcattn_dtype_name(o->dtype), draws);
         json_shape(&in);
         printf(", \"methods\": [");
         for (size_t i = 0; i < NUM_EVAL; i++) {
@@ -1042,8 +1130,12 @@ static int cmd_eval(const options *o) {
             printf(", \"value_term\": "); json_num(r->value);
             printf(", \"value_share\": "); json_num(s > 0.0 ? r->value / s : 0.0);
             printf(", \"time_ms\": "); json_num(r->ms);
-            printf(", \"backend\": \"%s\"", vcattn_backend_name(r->backend));
-            printf("}");
+            printf(", \"backend\": \"%s\", \"rel_l2_per_draw\": [", vcattn_backend_name(r->backend));
+            for (int d = 0; d < draws; d++) {
+                printf("%s", d ? ", " : "");
+                json_num(sums[i].rel_l2[d]);
+            }
+            printf("]}");
         }
         printf("], \"energy_share\": {\"block\": %d, \"sequence_order\": ", ENERGY_BLOCK);
         json_num(energy[0]);
@@ -1075,6 +1167,7 @@ static int cmd_eval(const options *o) {
                "order, %.1f%% after k-means grouping (%d clusters)\n",
                ENERGY_BLOCK, 100.0 * energy[0], 100.0 * energy[1],
                vsmooth_cluster_count(&vc, in.k.tokens));
+        if (draws > 1) print_per_draw(o, draws, EVAL_METHODS, NUM_EVAL, sums);
         if (n_found < 3) goto printed;
         printf("Value-term share of the output error:");
         for (int f = 0; f < 3; f++)
@@ -1095,7 +1188,7 @@ static int cmd_eval(const options *o) {
 printed:
     rc = 0;
 done:
-    free(oq); free(opv); free(ref);
+    free(oq); free(opv); free(ref); free(sums);
     vcattn_destroy(cpu_ctx);
     vcattn_destroy(ctx);
     inputs_free(&in);
