@@ -1,6 +1,7 @@
 """Regenerates the measured part of docs/fidelity.md: runs every study on the
 CPU-size presets and writes their JSON, the plots and one markdown file of
-tables (paste-ready for the report).
+tables (paste-ready for the report). The method tables are seed 0 alone
+(`--draws 1`), as docs/fidelity.md records them.
 
     python tools/fidelity_report.py --out docs/figures              # minutes on 2 cores
     python tools/fidelity_report.py --out /tmp/f --skip schedule,network   # about a minute
@@ -41,7 +42,8 @@ def hadamard_study(out):
     methods = [m + h for m in HADAMARD_PAIRS for h in ("", "+hadamard")]
     rows = {}
     for preset in PRESETS:
-        table = cli(["eval", "--workload", preset, "--backend", "cpu", "--methods", ",".join(methods)],
+        table = cli(["eval", "--workload", preset, "--backend", "cpu", "--draws", "1",
+                     "--methods", ",".join(methods)],
                     os.path.join(out, "hadamard-%s.json" % preset))
         rows[preset] = {m["method"]: m for m in table["methods"]}
     md = ["", "## QK Hadamard: probability / value terms and total (relative L2, %)", "",
@@ -137,7 +139,7 @@ def main():
         md += ["", "## Output SNR (dB) by method", "", "| preset | " + " | ".join(METHODS) + " |",
                "|---" * (1 + len(METHODS)) + "|"]
         for preset in PRESETS:
-            table = cli(["eval", "--workload", preset, "--backend", "cpu"],
+            table = cli(["eval", "--workload", preset, "--backend", "cpu", "--draws", "1"],
                         os.path.join(args.out, "methods-%s.json" % preset))
             snr = {m["method"]: m["metrics"]["snr_db"] for m in table["methods"]}
             md.append("| `%s` | %s |" % (preset, " | ".join("%.2f" % snr[m] for m in METHODS)))
