@@ -95,6 +95,11 @@ check "eval --draws json" 0 '"draws": 2' '"rel_l2_per_draw": [' -- \
     eval --workload tiny --draws 2 --methods sage2,vc --backend cpu --json
 check "eval --draws 0" 2 "--draws: '0' is not an integer in [1, 64]" -- eval --draws 0
 check "eval --draws 65" 2 "--draws: '65' is not an integer in [1, 64]" -- eval --draws 65
+check "eval --draws past the last seed" 2 "with 2 draws runs past the last seed" -- \
+    eval --seed 18446744073709551615 --draws 2
+check "eval past the last seed" 2 "with 4 draws runs past the last seed" -- eval --seed 18446744073709551613
+check "eval --draws 1 at the last seed" 0 "seed 18446744073709551615," -- \
+    eval --workload tiny --seed 18446744073709551615 --draws 1 --methods sage2 --backend cpu
 check "run --draws" 2 "--draws belongs to eval" -- run --draws 2
 check "eval --draws --study" 2 "--draws applies to the method table" -- eval --study orders --draws 2
 check "eval --methods unknown" 2 "unknown method 'nope'" -- eval --methods sage2,nope

@@ -455,6 +455,10 @@ static int parse_options(int argc, char **argv, options *o) {
     if (files && o->draws)
         return usage_error(cmd, "--draws applies to built-in workloads (.npy inputs are one draw)");
     if (o->study && o->draws) return usage_error(cmd, "--draws applies to the method table, not to --study");
+    const int draws = o->draws ? o->draws : DEFAULT_DRAWS;
+    if (!run && !files && !o->study && o->seed > UINT64_MAX - (uint64_t)(draws - 1))
+        return usage_error(cmd, "--seed %llu with %d draws runs past the last seed", (unsigned long long)o->seed,
+                           draws);
     if (!files && (o->bf16_files || o->layout_set))
         return usage_error(cmd, "--bf16 and --layout apply to .npy inputs only");
     if (o->out_path && !*o->out_path) return usage_error(cmd, "--out: empty file name");
