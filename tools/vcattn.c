@@ -1003,6 +1003,8 @@ static int cmd_eval(const options *o) {
         (rc = open_context(VCATTN_BACKEND_CPU, &cpu_ctx)))
         goto done;
     const char *backend = vcattn_backend_name(vcattn_context_backend(ctx));
+    vcattn_config vc;  /* the grouping the energy shares are measured in */
+    vcattn_config_from_method("vc", &vc);
 
     for (int draw = 0; draw < draws; draw++) {
         options each = *o;
@@ -1073,8 +1075,6 @@ static int cmd_eval(const options *o) {
                 goto done;
             }
         }
-        vcattn_config vc;
-        vcattn_config_from_method("vc", &vc);
         double e[2] = {0.0, 0.0};
         if ((st = value_analysis(&vc, &in.v, NULL, e))) {
             rc = lib_error(st, "value analysis");
@@ -1083,13 +1083,10 @@ static int cmd_eval(const options *o) {
         energy[0] += e[0] / draws;
         energy[1] += e[1] / draws;
     }
-    if (draws > 1) {  /* "workload small (seed 0, ...)" -> "workload small (seeds 0..3 pooled, ...)" */
-        char *grid = strchr(in.source, ',');
-        char tail[sizeof in.source];
-        snprintf(tail, sizeof tail, "%s", grid ? grid : ")");
-        snprintf(in.source, sizeof in.source, "workload %s (seeds %llu..%llu pooled%.150s", in.w.name,
-                 (unsigned long long)o->seed, (unsigned long long)(o->seed + (uint64_t)draws - 1), tail);
-    }
+    if (draws > 1)  /* load_inputs named the last draw's seed */
+        snprintf(in.source, sizeof in.source, "workload %s (seeds %llu..%llu pooled, %dx%dx%d grid)", in.w.name,
+                 (unsigned long long)o->seed, (unsigned long long)(o->seed + (uint64_t)draws - 1), in.w.frames,
+                 in.w.height, in.w.width);
     for (size_t i = 0; i < NUM_EVAL; i++) {
         eval_row *r = &rows_out[i];
         const eval_sums *sm = &sums[i];
@@ -1100,16 +1097,13 @@ static int cmd_eval(const options *o) {
         r->value = sm->out.rr > 0 ? (double)sqrtl(sm->value_ee / sm->out.rr) : 0.0;
         r->v_err = sm->v_sums[1] > 0.0 ? sqrt(sm->v_sums[0] / sm->v_sums[1]) : 0.0;
     }
-    vcattn_config vc;
-    vcattn_config_from_method("vc", &vc);
 
     /* Does the value term dominate (share > 1/2) where V-Smooth should help? */
-    const char *const *FOCUS = EVAL_FOCUS;
     double share[3] = {0.0, 0.0, 0.0};
     int dominates[3] = {0, 0, 0}, found[3] = {0, 0, 0}, n_found = 0;
     for (int f = 0; f < 3; f++)
         for (size_t i = 0; i < NUM_EVAL; i++)
-            if (strcmp(EVAL_METHODS[i], FOCUS[f]) == 0) {
+            if (strcmp(EVAL_METHODS[i], EVAL_FOCUS[f]) == 0) {
                 double s = rows_out[i].prob + rows_out[i].value;
                 share[f] = s > 0.0 ? rows_out[i].value / s : 0.0;
                 dominates[f] = share[f] > 0.5;
@@ -1147,7 +1141,7 @@ static int cmd_eval(const options *o) {
         json_num(energy[1]);
         printf("}, \"value_term_dominates\": {");
         for (int f = 0, k = 0; f < 3; f++)
-            if (found[f]) printf("%s\"%s\": %s", k++ ? ", " : "", FOCUS[f], dominates[f] ? "true" : "false");
+            if (found[f]) printf("%s\"%s\": %s", k++ ? ", " : "", EVAL_FOCUS[f], dominates[f] ? "true" : "false");
         printf("}}\n");
     } else {
         printf("%s, ", in.source);
@@ -1175,17 +1169,17 @@ static int cmd_eval(const options *o) {
         if (n_found < 3) goto printed;
         printf("Value-term share of the output error:");
         for (int f = 0; f < 3; f++)
-            printf(" %s %.1f%%%s", FOCUS[f], 100.0 * share[f], f < 2 ? "," : "");
+            printf(" %s %.1f%%%s", EVAL_FOCUS[f], 100.0 * share[f], f < 2 ? "," : "");
         int n_dom = dominates[0] + dominates[1] + dominates[2];
         if (n_dom == 3) printf(": the value term dominates for all three.\n");
         else if (n_dom == 0) printf(": the value term dominates for none of them.\n");
         else {
             printf(": the value term dominates for");
             for (int f = 0, k = 0; f < 3; f++)
-                if (dominates[f]) printf("%s %s", k++ ? "," : "", FOCUS[f]);
+                if (dominates[f]) printf("%s %s", k++ ? "," : "", EVAL_FOCUS[f]);
             printf(" but not for");
             for (int f = 0, k = 0; f < 3; f++)
-                if (!dominates[f]) printf("%s %s", k++ ? "," : "", FOCUS[f]);
+                if (!dominates[f]) printf("%s %s", k++ ? "," : "", EVAL_FOCUS[f]);
             printf(".\n");
         }
     }
