@@ -119,7 +119,7 @@ def kernel_ms(fn, reps, name="vc_attention"):
     return (statistics.median(times) if times else float("nan")), {k: sum(v) / reps for k, v in pre.items()}
 
 
-def bench_shape(vc, name, shape, reps, versions=(), check_finite=0, method="vc"):
+def bench_shape(vc, name, shape, reps, check_finite=0, method="vc"):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
     b, h, n, d = shape
@@ -178,12 +178,6 @@ def bench_shape(vc, name, shape, reps, versions=(), check_finite=0, method="vc")
     row["vc_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
     row["vc_kernel_ms"], row["vc_preprocess_ms"] = kernel_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
 
-    if versions:  # kernel versions side by side, same inputs (VCATTN_KERNEL)
-        for version in versions:
-            os.environ["VCATTN_KERNEL"] = version
-            row["vc_%s_kernel_ms" % version], _ = kernel_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
-        del os.environ["VCATTN_KERNEL"]
-
     def warm_group():
         vc.lib.vcattn_layer_set_step(layer, 4)   # in the window, refresh step: warm k-means
         vc(q, k, v, out, cfg, layer)
@@ -202,7 +196,6 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None)
     ap.add_argument("--lib", default=None)
-    ap.add_argument("--kernels", default="", help="also time these kernel versions, e.g. v1,v3")
     ap.add_argument("--check-finite", action="store_true",
                     help="time calls with the input checks on (the library's default; off here by default)")
     ap.add_argument("--method", default="vc", help="the method timed as 'vc' (e.g. vc+qsmooth)")
@@ -211,10 +204,7 @@ def main():
     rows = []
     for name in args.shapes.split(","):
         print("bench %s ..." % name, file=sys.stderr)
-        versions = [v for v in args.kernels.split(",") if v]
-        if any(v not in ("v1", "v3") for v in versions):
-            ap.error("--kernels takes v1 and v3 (other VCATTN_KERNEL values run v1)")
-        rows.append(bench_shape(vc, name, SHAPES[name], args.reps, versions, int(args.check_finite), args.method))
+        rows.append(bench_shape(vc, name, SHAPES[name], args.reps, int(args.check_finite), args.method))
         torch.cuda.empty_cache()
     print("TFLOP/s (ratio to cuDNN BF16), medians of %d runs" % args.reps)
     peers = [(k, label) for k, label in (("sage2_ms", "SA2 call"), ("fa3_ms", "FA3 bf16"),
@@ -238,12 +228,6 @@ def main():
         if r.get("fa4_ms"):  # the paper's H200 claim: the vc kernel 1.46x BF16 FlashAttention-4
             print("%-14s vc kernel / vc call speed over FlashAttention-4 BF16: %.2fx / %.2fx" %
                   ("", r["fa4_ms"] / r["vc_kernel_ms"], r["fa4_ms"] / r["vc_call_ms"]))
-    for r in rows:
-        timed = [k for k in sorted(r) if k.startswith("vc_v") and k.endswith("_kernel_ms")]
-        if timed:
-            shape = (r["B"], r["H"], r["N"], r["D"])
-            print("%-14s kernel TFLOP/s: %s" % (r["shape"], ", ".join(
-                "%s %.0f" % (k[3:-10], tflops(shape, r[k])) for k in timed)))
     def found(key):
         return "timed" if any(r[key] for r in rows) else "not importable here"
     print("sage2* = our sage2 variant (exp-then-cast, no V-Smooth); SageAttention2: %s; FlashAttention-3: %s; "

@@ -436,13 +436,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     const float sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)c.D);
     p.score_mul = sm_scale * 1.4426950408889634f;
     p.expcast_bias = 120.0f + cfg->expcast_beta;
-    // Measured (perf-notes.md): v1 with three CTAs per SM ties v3 on vc at
-    // D 128 and beats it on the exp-then-cast variants and at D 64.
-    // VCATTN_KERNEL=v1|v3 overrides, for A/B measurements.
-    const char *forced = getenv("VCATTN_KERNEL");
-    const int version = forced && strcmp(forced, "v3") == 0 ? 3 : 1;
-    if ((err = vc_attention_sm90(p, (int)c.D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped, version,
-                                 cs.stream)))
+    if ((err = vc_attention_sm90(p, (int)c.D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped, cs.stream)))
         return cs.cuda_fail(err, "attention kernel");
     if ((st = check_flag(cs, cfg, op))) return st;
 

@@ -24,8 +24,7 @@ struct vc_attention_params {
     float expcast_bias;       // 120 + beta
 };
 
-// variant: expcast (ExpCast-FP8) or exp-then-cast; vsmooth: restore block means;
-// version: 3 = warp-specialized, 1 = one warpgroup per CTA.
-// q_tiles must be even (two 64-row tiles per v3 CTA).
-cudaError_t vc_attention_sm90(const vc_attention_params &p, int head_dim, bool expcast,
-                              bool vsmooth, int version, cudaStream_t stream);
+// expcast: ExpCast-FP8 (else exp-then-cast); vsmooth: restore block means.
+// q_tiles must be even (the head-dim-128 kernel takes two 64-row tiles per CTA).
+cudaError_t vc_attention_sm90(const vc_attention_params &p, int head_dim, bool expcast, bool vsmooth,
+                              cudaStream_t stream);

@@ -48,44 +48,60 @@ static __device__ __forceinline__ uint32_t pack4(uint32_t w0, uint32_t w1, uint3
     return prmt(prmt(w0, w1, 0x0040u), prmt(w2, w3, 0x0040u), 0x5410u);
 }
 
-// P of the tile into 16 A registers. Masked keys come in as dot = -inf: ExpCast
-// saturates them (and the NaN of -inf * 0) to code 0; exp-then-cast (TAIL only)
-// clamps the exponent so that ex2 flushes them to 0. Register 4kc+r of key chunk kc (32 keys)
-// takes accumulators 16kc + {0,1,4,5} (r=0), {2,3,6,7}, {8,9,12,13}, {10,11,14,15}.
+// P of the tile as 64 words, one per score, in the registers of the scores:
+// ExpCast leaves the E4M3 code in the low byte of each word, exp-then-cast
+// leaves the float to convert. pack_p turns them into the PV A registers;
+// keeping the two apart lets the words wait for the registers of the P that
+// the previous tile's PV wgmma still reads. Masked keys come in as dot = -inf:
+// ExpCast saturates them (and the NaN of -inf * 0) to code 0; exp-then-cast
+// (TAIL only) clamps the exponent so that ex2 flushes them to 0.
 template <bool EXPCAST, bool TAIL>
-static __device__ __forceinline__ void encode_p(const float *s, float A0, float A1, float m0,
-                                                float m1, float expcast_bias, uint32_t *a) {
+static __device__ __forceinline__ void encode_words(const float *s, float A0, float A1, float m0,
+                                                    float m1, float expcast_bias, uint32_t *w) {
     if constexpr (EXPCAST) {
         const float a0 = A0 * 0.0625f, a1 = A1 * 0.0625f;  // 8A / 128, exact
         const float c0 = (expcast_bias - 8.0f * m0) * 0.0078125f;
         const float c1 = (expcast_bias - 8.0f * m1) * 0.0078125f;
-        uint32_t w[64];
 #pragma unroll
         for (int i = 0; i < 64; i++) w[i] = expcast_word(s[i], (i >> 1) & 1 ? a1 : a0, (i >> 1) & 1 ? c1 : c0);
+    } else {
+        // exp-then-cast: e4m3(exp2(dot * A + 8 - m)), the conventional path.
+        const float b0 = 8.0f - m0, b1 = 8.0f - m1;
 #pragma unroll
-        for (int kc = 0; kc < 4; kc++) {
-            const uint32_t *x = w + 16 * kc;
+        for (int i = 0; i < 64; i++) {
+            float x = __fmaf_rn(s[i], (i >> 1) & 1 ? A1 : A0, (i >> 1) & 1 ? b1 : b0);
+            w[i] = __float_as_uint(ex2_approx(TAIL ? fmaxf(x, -256.0f) : x));
+        }
+    }
+}
+
+// The words into 16 A registers. Register 4kc+r of key chunk kc (32 keys)
+// takes words 16kc + {0,1,4,5} (r=0), {2,3,6,7}, {8,9,12,13}, {10,11,14,15}.
+template <bool EXPCAST>
+static __device__ __forceinline__ void pack_p(const uint32_t *w, uint32_t *a) {
+#pragma unroll
+    for (int kc = 0; kc < 4; kc++) {
+        const uint32_t *x = w + 16 * kc;
+        if constexpr (EXPCAST) {
             a[4 * kc + 0] = pack4(x[0], x[1], x[4], x[5]);
             a[4 * kc + 1] = pack4(x[2], x[3], x[6], x[7]);
             a[4 * kc + 2] = pack4(x[8], x[9], x[12], x[13]);
             a[4 * kc + 3] = pack4(x[10], x[11], x[14], x[15]);
-        }
-    } else {
-        // exp-then-cast: e4m3(exp2(dot * A + 8 - m)), the conventional path.
-        const float b0 = 8.0f - m0, b1 = 8.0f - m1;
-        float e[64];
-#pragma unroll
-        for (int i = 0; i < 64; i++) {
-            float x = __fmaf_rn(s[i], (i >> 1) & 1 ? A1 : A0, (i >> 1) & 1 ? b1 : b0);
-            e[i] = ex2_approx(TAIL ? fmaxf(x, -256.0f) : x);
-        }
-#pragma unroll
-        for (int kc = 0; kc < 4; kc++) {
-            const float *x = e + 16 * kc;
-            a[4 * kc + 0] = cvt_e4m3x2(x[0], x[1]) | (cvt_e4m3x2(x[4], x[5]) << 16);
-            a[4 * kc + 1] = cvt_e4m3x2(x[2], x[3]) | (cvt_e4m3x2(x[6], x[7]) << 16);
-            a[4 * kc + 2] = cvt_e4m3x2(x[8], x[9]) | (cvt_e4m3x2(x[12], x[13]) << 16);
-            a[4 * kc + 3] = cvt_e4m3x2(x[10], x[11]) | (cvt_e4m3x2(x[14], x[15]) << 16);
+        } else {
+            const auto e = [&](int i) { return __uint_as_float(x[i]); };
+            a[4 * kc + 0] = cvt_e4m3x2(e(0), e(1)) | (cvt_e4m3x2(e(4), e(5)) << 16);
+            a[4 * kc + 1] = cvt_e4m3x2(e(2), e(3)) | (cvt_e4m3x2(e(6), e(7)) << 16);
+            a[4 * kc + 2] = cvt_e4m3x2(e(8), e(9)) | (cvt_e4m3x2(e(12), e(13)) << 16);
+            a[4 * kc + 3] = cvt_e4m3x2(e(10), e(11)) | (cvt_e4m3x2(e(14), e(15)) << 16);
         }
     }
+}
+
+// Both steps at once (the kernels whose P registers are free at the softmax).
+template <bool EXPCAST, bool TAIL>
+static __device__ __forceinline__ void encode_p(const float *s, float A0, float A1, float m0,
+                                                float m1, float expcast_bias, uint32_t *a) {
+    uint32_t w[64];
+    encode_words<EXPCAST, TAIL>(s, A0, A1, m0, m1, expcast_bias, w);
+    pack_p<EXPCAST>(w, a);
 }

@@ -1,0 +1,4 @@
+// The vc kernels at head dim 128 (each method and head dim compiles alone).
+#include "launch.cuh"
+
+template cudaError_t sm90::launch_method<128, true, true>(const vc_attention_params &, cudaStream_t);

@@ -1,0 +1,201 @@
+// The sm_90a attention kernel: one CTA per SM, 128 query rows of one head.
+// Warpgroup 0 is the producer (one thread issues the bulk copies; its
+// registers go to the others), warpgroups 1 and 2 are the consumers, 64 rows
+// each, sharing every K and V slot. The instantiations live in separate
+// translation units (attention_d*.cu), one per head dim and method.
+#pragma once
+#include "attention.h"
+#include "epilogue.cuh"
+#include "mainloop.cuh"
+#include "producer.cuh"
+#include "scheduler.cuh"
+
+#include <type_traits>
+
+namespace sm90 {
+
+constexpr int kStages = 2;
+constexpr int kThreads = 384;
+constexpr uint32_t kProducerRegs = 24, kConsumerRegs = 240;
+constexpr uint32_t kTurnBarrier = 1;  // named barriers 1 and 2: "consumer w may issue its GEMMs"
+constexpr uint32_t kMeanBarrier = 3;  // 3 and 4: consumer w's own threads
+
+template <int D> struct Shared {
+    alignas(128) int8_t q[2][Sizes<D>::q];
+    alignas(128) int8_t k[kStages][Sizes<D>::k];
+    alignas(128) uint8_t v[kStages][Sizes<D>::v];
+    // Per consumer, two images of the mean restoration's B operand in turn
+    // (kMeanTiles tiles write their means into one while a mean wgmma reads
+    // the other): two k-halves of rows n = the D + 8 PV columns, each tile's
+    // mu in its slot's two k rows (mainloop.cuh), the ones columns' rows zero.
+    alignas(128) uint8_t mean[2][2][2 * Sizes<D>::mean_half];
+    alignas(128) uint8_t mean_a[2][kMeanABytes];  // per consumer, the batch's row sums (mainloop.cuh)
+    alignas(16) float kmul[kStages][4];
+    alignas(16) float bias[kStages][VC_KV_ROWS];  // QSMOOTH: the K tile's per-key terms
+    uint64_t full_q;
+    Ring<kStages> k_ring, v_ring;
+};
+
+template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, typename OutT>
+__global__ void __launch_bounds__(kThreads, 1) vc_attention_kernel(const __grid_constant__ vc_attention_params p) {
+    extern __shared__ uint8_t smem_raw[];
+    Shared<D> &sm = *reinterpret_cast<Shared<D> *>((reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
+    if (p.error_flag && *p.error_flag) return;  // bad input: the output stays untouched
+
+    // The warpgroup index through a shuffle from lane 0, so the compiler knows
+    // it is warp-uniform and keeps what derives from it (the descriptors) in
+    // uniform registers.
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0), lane = tid & 31;
+    const WorkTile work = work_tile(p);  // m_block: a pair of 64-row tiles
+    const int q_pair = work.m_block, head = work.head, batch = work.batch;
+    const int64_t q_head = work.q_head, kv_head = work.kv_head;
+
+    if (tid == 0) {
+        mbar_init(&sm.full_q, 1);
+        sm.k_ring.init();
+        sm.v_ring.init();
+        fence_mbar_init();
+    }
+    if constexpr (VSMOOTH) {  // the images start as zeros; only their mean words are rewritten
+        const uint32_t images = smem_addr(sm.mean);
+        for (uint32_t b = 4 * tid; b < sizeof(sm.mean); b += 4 * kThreads) sts_u32(images + b, 0u);
+        fence_proxy_async_shared();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        regs_decrease<kProducerRegs>();
+        if (tid == 0) produce<D, QSMOOTH>(p, sm, q_head, kv_head, q_pair);
+        return;
+    }
+    regs_increase<kConsumerRegs>();
+
+    const int w = wg - 1, ctid = tid - 128 * wg, warp = ctid >> 5, g = lane >> 2, t = lane & 3;
+    const int T = p.kv_tiles, tail_keys = p.nk - (T - 1) * VC_KV_ROWS;
+    const int row0 = (2 * q_pair + w) * VC_Q_ROWS + 16 * warp + g;
+    const float *q_mul = p.q_mul + q_head * (int64_t)p.q_tiles * VC_Q_ROWS;
+    RowState<D, EXPCAST, VSMOOTH, QSMOOTH> st;
+    st.init(q_mul[row0] * p.score_mul, q_mul[row0 + 8] * p.score_mul);
+    const uint32_t my_turn = kTurnBarrier + w, other_turn = kTurnBarrier + (1 - w);
+    if (w == 1) named_barrier_arrive(other_turn, 256);  // consumer 0 goes first
+    const uint64_t qd = q_desc(sm.q[w]);
+    uint8_t(*const images)[2 * Sizes<D>::mean_half] = sm.mean[w];
+    uint8_t *const mean_a = sm.mean_a[w];
+    const uint64_t mean_a_desc = smem_desc(mean_a, kMeanAHalf, 128);
+
+    // Tile 0: QK and its softmax alone.
+    mbar_wait(&sm.full_q, 0);
+    {
+        int32_t sacc[64];
+        uint32_t words[64];
+        sm.k_ring.wait_full(0);
+        named_barrier_sync(my_turn, 256);
+        st.issue_qk(sacc, qd, k_desc(sm.k[0]));
+        named_barrier_arrive(other_turn, 256);
+        wgmma_wait<0>();
+        fence_regs<64>(sacc);
+        const float kmul = lds_float(smem_addr(&sm.kmul[0][t]));  // read before the slot is released
+        if (!QSMOOTH) sm.k_ring.release(0);
+        st.softmax(sacc, kmul, T == 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, smem_addr(sm.bias[0]),
+                   words, st.alpha0, st.alpha1);
+        if (QSMOOTH) sm.k_ring.release(0);
+        pack_p<EXPCAST>(words, st.p);
+    }
+    // PV of tile x, then (MEAN) the mean terms of the kMeanTiles tiles
+    // before it, one group. MEAN is a template switch, not a branch: a wgmma
+    // on a divergent path makes ptxas serialize every wgmma of the kernel.
+    auto issue_pv_group = [&](float *pacc, int x, const uint8_t *v, auto mean) {
+        st.issue_pv(pacc, v_desc<D>(v));
+        if constexpr (VSMOOTH && decltype(mean)::value)
+            st.issue_mean(pacc, mean_a_desc, mean_desc<D>(images[(x / kMeanTiles - 1) & 1]), 1);
+        wgmma_commit();
+    };
+    // Tile j: QK(j) and PV(j-1) in one turn; softmax(j) under PV(j-1).
+    auto step = [&](int j, auto mean) {
+        const int ks = sm.k_ring.slot(j), vs = sm.v_ring.slot(j - 1);
+        int32_t sacc[64];
+        float pacc[D / 2 + 4];
+        uint32_t words[64];
+        float alpha0, alpha1;
+        sm.k_ring.wait_full(j);
+        sm.v_ring.wait_full(j - 1);
+        named_barrier_sync(my_turn, 256);
+        st.issue_qk(sacc, qd, k_desc(sm.k[ks]));
+        issue_pv_group(pacc, j - 1, sm.v[vs], mean);
+        named_barrier_arrive(other_turn, 256);
+        if (VSMOOTH) write_mean_image<D>(images[((j - 1) / kMeanTiles) & 1], sm.v[vs], j - 1, ctid);
+        wgmma_wait<1>();  // QK(j) done
+        fence_regs<64>(sacc);
+        const float kmul = lds_float(smem_addr(&sm.kmul[ks][t]));  // read before the slot is released
+        if (!QSMOOTH) sm.k_ring.release(j);
+        st.softmax(sacc, kmul, j == T - 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, smem_addr(sm.bias[ks]),
+                   words, alpha0, alpha1);
+        if (QSMOOTH) sm.k_ring.release(j);
+        wgmma_wait<0>();  // PV(j-1) done: its A registers and V slot are free
+        fence_regs<D / 2 + 4>(pacc);
+        fence_regs<16>(st.p);
+        fence_regs<64>(words);
+        sm.v_ring.release(j - 1);
+        st.update(pacc, j - 1, t);
+        st.alpha0 = alpha0;
+        st.alpha1 = alpha1;
+        pack_p<EXPCAST>(words, st.p);
+        if constexpr (VSMOOTH) {  // the pending row sums follow m(j); a batch is full after tile j - 1 = 8i - 1
+            st.rescale_pending();
+            if (j % kMeanTiles == 0) {
+                st.write_pending(mean_a, warp, g, t);  // ordered by the next turn, read by PV(j)'s group
+                fence_proxy_async_shared();
+            }
+        }
+    };
+    // The mean terms go with the PV of tiles 8, 16, ... (j = 9, 17, ...).
+    constexpr std::integral_constant<bool, false> kNoMean;
+    constexpr std::integral_constant<bool, VSMOOTH> kMean;
+    for (int j = 1; j < T;) {
+        const int next_mean = max(kMeanTiles, (j + kMeanTiles - 2) / kMeanTiles * kMeanTiles) + 1;  // j' - 1 = 8i > 0
+        for (const int stop = min(T, next_mean); j < stop; j++) step(j, kNoMean);
+        if (j < T) step(j++, kMean);
+    }
+    // The last PV, then the mean terms still pending (the last tile's among them).
+    {
+        const int x = T - 1, vs = sm.v_ring.slot(x);
+        float pacc[D / 2 + 4];
+        sm.v_ring.wait_full(x);
+        named_barrier_sync(my_turn, 256);
+        if (x >= kMeanTiles && x % kMeanTiles == 0) issue_pv_group(pacc, x, sm.v[vs], kMean);
+        else issue_pv_group(pacc, x, sm.v[vs], kNoMean);
+        if (w == 0) named_barrier_arrive(other_turn, 256);  // consumer 1 takes the last turn
+        wgmma_wait<0>();
+        fence_regs<D / 2 + 4>(pacc);
+        fence_regs<16>(st.p);
+        st.update(pacc, x, t);
+        if constexpr (VSMOOTH) {
+            uint8_t *image = images[(x / kMeanTiles) & 1];
+            write_mean_image<D>(image, sm.v[vs], x, ctid);
+            st.write_pending(mean_a, warp, g, t);
+            fence_proxy_async_shared();
+            named_barrier_sync(kMeanBarrier + w, 128);  // both images are complete
+            float macc[D / 2 + 4];
+            st.issue_mean(macc, mean_a_desc, mean_desc<D>(image), 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs<D / 2 + 4>(macc);
+            st.add_partial(macc);
+        }
+    }
+    store_rows<D, OutT>(p, st.o, st.m0, st.m1, st.l0, st.l1, q_head, kv_head, batch, head, row0, t);
+}
+
+template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, typename OutT>
+cudaError_t launch(const vc_attention_params &p, cudaStream_t stream) {
+    auto kernel = vc_attention_kernel<D, EXPCAST, VSMOOTH, QSMOOTH, OutT>;
+    const int smem = (int)sizeof(Shared<D>) + 128;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    // q_tiles is even (the quantizer pads a 64-row tile of zeros): two per CTA.
+    dim3 grid(p.q_tiles / 2, p.heads_q, p.batch);
+    kernel<<<grid, kThreads, smem, stream>>>(p);
+    return cudaGetLastError();
+}
+
+}  // namespace sm90

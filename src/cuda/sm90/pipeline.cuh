@@ -1,0 +1,35 @@
+// The ring of shared-memory slots between the producer and the consumers:
+// full[s] completes when slot s's bytes have landed (the producer's one
+// arrival carries the byte count, the bulk copies the bytes), empty[s] when
+// every consumer thread has released it: each thread's own arrival orders its
+// reads of the slot before the copy that overwrites it. Tile j uses slot j % S in phase
+// (j / S) & 1.
+#pragma once
+#include "ptx.cuh"
+
+constexpr uint32_t kConsumerThreads = 256;  // two consumer warpgroups
+
+template <int S> struct Ring {
+    uint64_t full[S], empty[S];
+
+    __device__ void init() {
+        for (int s = 0; s < S; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], kConsumerThreads);
+        }
+    }
+    static __device__ __forceinline__ int slot(int j) { return j % S; }
+    static __device__ __forceinline__ uint32_t phase(int j) { return (j / S) & 1; }
+
+    // Consumer side.
+    __device__ __forceinline__ void wait_full(int j) { mbar_wait(&full[slot(j)], phase(j)); }
+    __device__ __forceinline__ void release(int j) { mbar_arrive(&empty[slot(j)]); }
+
+    // Producer side: wait until the slot of tile j is free (a fresh barrier
+    // passes parity 1), then announce `bytes` to land in it.
+    __device__ __forceinline__ uint64_t *acquire(int j, uint32_t bytes) {
+        mbar_wait_suspended(&empty[slot(j)], phase(j) ^ 1);
+        mbar_arrive_expect_tx(&full[slot(j)], bytes);
+        return &full[slot(j)];
+    }
+};
