@@ -7,6 +7,7 @@
 #include "attention.h"
 #include "epilogue.cuh"
 #include "mainloop.cuh"
+#include "launch_common.cuh"
 #include "producer.cuh"
 #include "scheduler.cuh"
 
@@ -188,14 +189,9 @@ __global__ void __launch_bounds__(kThreads, 1) vc_attention_kernel(const __grid_
 
 template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, typename OutT>
 cudaError_t launch(const vc_attention_params &p, cudaStream_t stream) {
-    auto kernel = vc_attention_kernel<D, EXPCAST, VSMOOTH, QSMOOTH, OutT>;
-    const int smem = (int)sizeof(Shared<D>) + 128;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err != cudaSuccess) return err;
     // q_tiles is even (the quantizer pads a 64-row tile of zeros): two per CTA.
-    dim3 grid(p.q_tiles / 2, p.heads_q, p.batch);
-    kernel<<<grid, kThreads, smem, stream>>>(p);
-    return cudaGetLastError();
+    return launch_kernel(vc_attention_kernel<D, EXPCAST, VSMOOTH, QSMOOTH, OutT>, dim3(p.q_tiles / 2, p.heads_q, p.batch),
+                         kThreads, (int)sizeof(Shared<D>) + 128, p, stream);
 }
 
 }  // namespace sm90

@@ -9,6 +9,7 @@
 // (docs/perf-notes.md); head dim 128 runs kernel.cuh.
 #include "attention.h"
 #include "epilogue.cuh"
+#include "launch_common.cuh"
 #include "mainloop.cuh"
 #include "ptx.cuh"
 #include "softmax.cuh"
@@ -32,124 +33,61 @@ struct TileP {
     float alpha0, alpha1;
 };
 
-// The state one warpgroup carries over the key tiles for its 64 query rows:
-// thread (warp, g, t) owns rows 16 warp + g and + 8.
-// MEAN_MMA (with VSMOOTH): the mean term r mu of tile j is added by an f16
-// wgmma in tile j+1's PV group, scaled by that tile's alpha, instead of 2 FMAs
-// per output element in the update (docs/cuda-design.md).
-template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, bool MEAN_MMA>
-struct WgRowState {
-    float o[D / 2];
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    float qmul0, qmul1;
-    float r_pending0 = 0.0f, r_pending1 = 0.0f;  // MEAN_MMA: row sums whose mean term is not yet in o
+// What one thread carries across the tiles: the shared per-tile steps of
+// mainloop.cuh, with the mean term per tile instead of per batch. Tile j's
+// r mu goes into tile j+1's PV group, scaled by that tile's alpha, as an f16
+// wgmma whose A is in registers (lane t = 0 holds it in columns 0 and 1).
+template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH>
+struct WgRowState : RowState<D, EXPCAST, VSMOOTH, QSMOOTH> {
+    using Base = RowState<D, EXPCAST, VSMOOTH, QSMOOTH>;
+    using Base::o;
+    float r_pending0 = 0.0f, r_pending1 = 0.0f;  // VSMOOTH: row sums whose mean term is not yet in o
 
-    __device__ void init(float q0, float q1) {
-#pragma unroll
-        for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
-        qmul0 = q0;
-        qmul1 = q1;
-    }
-
-    // S = Q K^T (int32), issued and committed; the caller waits.
-    __device__ __forceinline__ static void issue_qk(int32_t *sacc, uint64_t q, uint64_t k) {
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < D / 32; ks++)
-            wgmma_s8_m64n128k32(sacc, desc_advance(q, ks * 2 * VC_Q_ROWS * 16),
-                                desc_advance(k, ks * 2 * VC_KV_ROWS * 16), ks > 0);
-        wgmma_commit();
-    }
-
-    // Online softmax of the tile: new row maxima, and into pt the rescale
-    // factors and P encoded. tail_keys < 128 masks the keys past the end.
-    // bias: the tile's Q-smoothing terms in shared memory (QSMOOTH only).
+    // The tile's softmax with P packed at once (no PV is in flight here).
     __device__ __forceinline__ void softmax(int32_t *sacc, float kmul, int tail_keys, float expcast_bias, int t,
                                             TileP &pt, uint32_t bias) {
-        float s[64];
-#pragma unroll
-        for (int i = 0; i < 64; i++) s[i] = (float)sacc[i];
-        float A0 = qmul0 * kmul, A1 = qmul1 * kmul;
-        if constexpr (QSMOOTH) {  // s = dot A + term, one FMA (as the CPU); then A = 1 below
-#pragma unroll
-            for (int i = 0; i < 64; i += 4) {  // registers i, i+1 (row g) and i+2, i+3 (row g+8): same two keys
-                const float2 b = lds_float2(bias + 4 * acc_col(i, t));
-                s[i] = __fmaf_rn(s[i], A0, b.x);
-                s[i + 1] = __fmaf_rn(s[i + 1], A0, b.y);
-                s[i + 2] = __fmaf_rn(s[i + 2], A1, b.x);
-                s[i + 3] = __fmaf_rn(s[i + 3], A1, b.y);
-            }
-            A0 = A1 = 1.0f;
-        }
-        const bool tail = tail_keys < VC_KV_ROWS;
-        if (tail) {
-#pragma unroll
-            for (int i = 0; i < 64; i++)
-                if (acc_col(i, t) >= tail_keys) s[i] = -INFINITY;
-        }
-        float tmax0, tmax1;
-        tile_row_max(s, A0, A1, tmax0, tmax1);
-        const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
-        pt.alpha0 = ex2_approx(m0 - mn0);  // <= 1; relative error 2^-22, inside the tolerance
-        pt.alpha1 = ex2_approx(m1 - mn1);
-        if (tail) encode_p<EXPCAST, true>(s, A0, A1, mn0, mn1, expcast_bias, pt.a);
-        else encode_p<EXPCAST, false>(s, A0, A1, mn0, mn1, expcast_bias, pt.a);
-        m0 = mn0;
-        m1 = mn1;
+        uint32_t words[64];
+        Base::softmax(sacc, kmul, tail_keys, expcast_bias, t, bias, words, pt.alpha0, pt.alpha1);
+        pack_p<EXPCAST>(words, pt.a);
     }
 
     // partial = P V^T (+ row sums in the ones columns), issued and committed.
-    // MEAN_MMA: first the previous tile's mean term, alpha r_pending mu (A:
+    // VSMOOTH: first the previous tile's mean term, alpha r_pending mu (A:
     // column 0/1 of lane t = 0 hold it as FP16 hi + lo; `mean` is the B
     // operand with mu in rows k = 0, 1), the same shape of accumulator.
     __device__ __forceinline__ void issue_pv(float *pacc, const TileP &pt, uint64_t v, uint64_t mean, int t) {
         uint32_t am[4] = {0u, 0u, 0u, 0u};
-        if constexpr (MEAN_MMA) {
+        if constexpr (VSMOOTH) {
             am[0] = t == 0 ? f16_hi_lo(pt.alpha0 * r_pending0) : 0u;
             am[1] = t == 0 ? f16_hi_lo(pt.alpha1 * r_pending1) : 0u;
         }
         wgmma_fence();
-        if constexpr (MEAN_MMA) {
+        if constexpr (VSMOOTH) {
             if constexpr (D == 128) wgmma_f16_m64n136k16(pacc, am, mean, 0);
             else wgmma_f16_m64n72k16(pacc, am, mean, 0);
         }
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) {
             const uint64_t desc = desc_advance(v, ks * 2 * Sizes<D>::vt_rows * 16);
-            if constexpr (D == 128) wgmma_e4m3_m64n136k32(pacc, pt.a + 4 * ks, desc, MEAN_MMA || ks > 0);
-            else wgmma_e4m3_m64n72k32(pacc, pt.a + 4 * ks, desc, MEAN_MMA || ks > 0);
+            if constexpr (D == 128) wgmma_e4m3_m64n136k32(pacc, pt.a + 4 * ks, desc, VSMOOTH || ks > 0);
+            else wgmma_e4m3_m64n72k32(pacc, pt.a + 4 * ks, desc, VSMOOTH || ks > 0);
         }
         wgmma_commit();
     }
 
-    // acc = alpha acc + (partial + r mu): the two-level update, mean restored.
-    __device__ __forceinline__ void update(const float *pacc, const uint8_t *v, const TileP &pt, int t) {
-        const float alpha0 = pt.alpha0, alpha1 = pt.alpha1;
-        const float r0 = pacc[D / 2], r1 = pacc[D / 2 + 2];
-        const uint32_t mu = smem_addr(v + Sizes<D>::mean_offset);
-#pragma unroll
-        for (int i = 0; i < D / 2; i += 2) {
-            const bool lower = (i >> 1) & 1;
-            float x0 = pacc[i], x1 = pacc[i + 1];
-            if constexpr (VSMOOTH && !MEAN_MMA) {
-                const float2 mv = lds_float2(mu + 4 * acc_col(i, t));
-                x0 = __fmaf_rn(lower ? r1 : r0, mv.x, x0);
-                x1 = __fmaf_rn(lower ? r1 : r0, mv.y, x1);
-            }
-            o[i] = __fmaf_rn(o[i], lower ? alpha1 : alpha0, x0);
-            o[i + 1] = __fmaf_rn(o[i + 1], lower ? alpha1 : alpha0, x1);
-        }
-        l0 = __fmaf_rn(l0, alpha0, r0);
-        l1 = __fmaf_rn(l1, alpha1, r1);
-        if constexpr (MEAN_MMA) {
-            r_pending0 = r0;
-            r_pending1 = r1;
-        }
+    // acc = alpha acc + partial: the two-level update; the row sums wait
+    // for the next tile's PV group to bring their mean term.
+    __device__ __forceinline__ void update(const float *pacc, const TileP &pt) {
+        Base::alpha0 = pt.alpha0;
+        Base::alpha1 = pt.alpha1;
+        const float2 r = Base::fold(pacc);
+        r_pending0 = r.x;
+        r_pending1 = r.y;
     }
 
-    // MEAN_MMA, after the last tile: o += r_pending mu of that tile (v: its record).
+    // After the last tile: o += r_pending mu of that tile (v: its record).
     __device__ __forceinline__ void add_pending_mean(const uint8_t *v, int t) {
-        if constexpr (MEAN_MMA) {
+        if constexpr (VSMOOTH) {
             const uint32_t mu = smem_addr(v + Sizes<D>::mean_offset);
 #pragma unroll
             for (int i = 0; i < D / 2; i += 2) {
@@ -236,7 +174,7 @@ __global__ void __launch_bounds__(kV1Threads, kV1CtasPerSm) vc_attention_v1_kern
 
     const int row0 = m_block * VC_Q_ROWS + 16 * warp + g;
     const float *q_mul = p.q_mul + q_head * (int64_t)p.q_tiles * VC_Q_ROWS;
-    WgRowState<D, EXPCAST, VSMOOTH, QSMOOTH, VSMOOTH> st;
+    WgRowState<D, EXPCAST, VSMOOTH, QSMOOTH> st;
     st.init(q_mul[row0] * p.score_mul, q_mul[row0 + 8] * p.score_mul);
     const int tail_keys = p.nk - (T - 1) * VC_KV_ROWS;
 
@@ -277,7 +215,7 @@ __global__ void __launch_bounds__(kV1Threads, kV1CtasPerSm) vc_attention_v1_kern
         wgmma_wait_all();
 #pragma unroll
         for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
-        st.update(pacc, sm.v[vs], pt, t);
+        st.update(pacc, pt);
         __syncthreads();  // every warp is done with V[vs] and the mean image
         if (tid == 0 && j + kV1VStages < T) load_v(vs, j + kV1VStages);
     }
@@ -285,24 +223,14 @@ __global__ void __launch_bounds__(kV1Threads, kV1CtasPerSm) vc_attention_v1_kern
     store_rows<D, OutT>(p, st.o, st.m0, st.m1, st.l0, st.l1, q_head, kv_head, batch, head, row0, t);
 }
 
-template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, typename OutT>
-cudaError_t launch(const vc_attention_params &p, cudaStream_t stream) {
-    auto kernel = vc_attention_v1_kernel<D, EXPCAST, VSMOOTH, QSMOOTH, OutT>;
-    const int smem = (int)sizeof(V1Shared<D>) + 128;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err != cudaSuccess) return err;
-    dim3 grid(p.q_tiles, p.heads_q, p.batch);
-    kernel<<<grid, kV1Threads, smem, stream>>>(p);
-    return cudaGetLastError();
-}
-
 template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH>
 cudaError_t launch_dtype(const vc_attention_params &p, cudaStream_t stream) {
-    switch (p.out_dtype) {
-    case VCATTN_DTYPE_BF16: return launch<D, EXPCAST, VSMOOTH, QSMOOTH, __nv_bfloat16>(p, stream);
-    case VCATTN_DTYPE_F16: return launch<D, EXPCAST, VSMOOTH, QSMOOTH, __half>(p, stream);
-    default: return launch<D, EXPCAST, VSMOOTH, QSMOOTH, float>(p, stream);
-    }
+    return with_out_type(p.out_dtype, [&](auto out) {
+        using OutT = typename decltype(out)::type;
+        return launch_kernel(vc_attention_v1_kernel<D, EXPCAST, VSMOOTH, QSMOOTH, OutT>,
+                             dim3(p.q_tiles, p.heads_q, p.batch), kV1Threads, (int)sizeof(V1Shared<D>) + 128, p,
+                             stream);
+    });
 }
 
 }  // namespace

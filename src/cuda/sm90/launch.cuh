@@ -3,17 +3,15 @@
 #pragma once
 #include "kernel.cuh"
 #include "launch.h"
-#include "vcattn.h"
+#include "launch_common.cuh"
 
 namespace sm90 {
 
 template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH>
 cudaError_t launch_dtype(const vc_attention_params &p, cudaStream_t stream) {
-    switch (p.out_dtype) {
-    case VCATTN_DTYPE_BF16: return launch<D, EXPCAST, VSMOOTH, QSMOOTH, __nv_bfloat16>(p, stream);
-    case VCATTN_DTYPE_F16: return launch<D, EXPCAST, VSMOOTH, QSMOOTH, __half>(p, stream);
-    default: return launch<D, EXPCAST, VSMOOTH, QSMOOTH, float>(p, stream);
-    }
+    return with_out_type(p.out_dtype, [&](auto out) {
+        return launch<D, EXPCAST, VSMOOTH, QSMOOTH, typename decltype(out)::type>(p, stream);
+    });
 }
 
 template <int D, bool EXPCAST, bool VSMOOTH>

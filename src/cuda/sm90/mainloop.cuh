@@ -139,9 +139,9 @@ struct RowState {
         m1 = mn1;
     }
 
-    // o = alpha o + partial of tile x; l likewise with the row sums of the
-    // ones columns, which also join the pending mean terms (VSMOOTH).
-    __device__ __forceinline__ void update(const float *pacc, int x, int t) {
+    // o = alpha o + partial; l likewise with the row sums of the ones
+    // columns, which it returns.
+    __device__ __forceinline__ float2 fold(const float *pacc) {
         const float r0 = pacc[D / 2], r1 = pacc[D / 2 + 2];
 #pragma unroll
         for (int i = 0; i < D / 2; i += 2) {
@@ -151,13 +151,20 @@ struct RowState {
         }
         l0 = __fmaf_rn(l0, alpha0, r0);
         l1 = __fmaf_rn(l1, alpha1, r1);
+        return make_float2(r0, r1);
+    }
+
+    // The update of tile x: fold its partial, and its row sums join the
+    // pending mean terms (VSMOOTH).
+    __device__ __forceinline__ void update(const float *pacc, int x, int t) {
+        const float2 r = fold(pacc);
         if constexpr (VSMOOTH) {
             if (t == (x & 3)) {
                 const bool high = x & 4;
-                pend[0][0] = high ? pend[0][0] : r0;
-                pend[0][1] = high ? pend[0][1] : r1;
-                pend[1][0] = high ? r0 : pend[1][0];
-                pend[1][1] = high ? r1 : pend[1][1];
+                pend[0][0] = high ? pend[0][0] : r.x;
+                pend[0][1] = high ? pend[0][1] : r.y;
+                pend[1][0] = high ? r.x : pend[1][0];
+                pend[1][1] = high ? r.y : pend[1][1];
             }
         }
     }
