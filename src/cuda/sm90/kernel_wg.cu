@@ -39,6 +39,7 @@ struct TileP {
 // wgmma whose A is in registers (lane t = 0 holds it in columns 0 and 1).
 template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH>
 struct WgRowState : RowState<D, EXPCAST, VSMOOTH, QSMOOTH> {
+    static_assert(D == 64, "head dim 128 runs the warp-specialized kernel");
     using Base = RowState<D, EXPCAST, VSMOOTH, QSMOOTH>;
     using Base::o;
     float r_pending0 = 0.0f, r_pending1 = 0.0f;  // VSMOOTH: row sums whose mean term is not yet in o
@@ -62,15 +63,11 @@ struct WgRowState : RowState<D, EXPCAST, VSMOOTH, QSMOOTH> {
             am[1] = t == 0 ? f16_hi_lo(pt.alpha1 * r_pending1) : 0u;
         }
         wgmma_fence();
-        if constexpr (VSMOOTH) {
-            if constexpr (D == 128) wgmma_f16_m64n136k16(pacc, am, mean, 0);
-            else wgmma_f16_m64n72k16(pacc, am, mean, 0);
-        }
+        if constexpr (VSMOOTH) wgmma_f16_m64n72k16(pacc, am, mean, 0);
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) {
             const uint64_t desc = desc_advance(v, ks * 2 * Sizes<D>::vt_rows * 16);
-            if constexpr (D == 128) wgmma_e4m3_m64n136k32(pacc, pt.a + 4 * ks, desc, VSMOOTH || ks > 0);
-            else wgmma_e4m3_m64n72k32(pacc, pt.a + 4 * ks, desc, VSMOOTH || ks > 0);
+            wgmma_e4m3_m64n72k32(pacc, pt.a + 4 * ks, desc, VSMOOTH || ks > 0);
         }
         wgmma_commit();
     }
@@ -100,37 +97,32 @@ struct WgRowState : RowState<D, EXPCAST, VSMOOTH, QSMOOTH> {
     }
 };
 
-// ---------------------------------------------------------------------------
-// v1: one warpgroup per CTA, 64 query rows, thread 0 also issues the copies;
-// the CTAs sharing an SM hide each other's waits.
-// ---------------------------------------------------------------------------
-constexpr int kV1Threads = 128;
-// One K/V stage (52 KB of shared memory at D 128, the mean images included)
-// so that three CTAs share an SM (168 registers each): K(j+1) loads during
-// tile j's softmax and PV, V(j+1) during QK(j+1) and its softmax, and three
-// independent warpgroups keep the tensor cores busy in turn.
-// Two stages of both allowed two CTAs per SM: 748 against 794 TFLOP/s
-// (perf-notes.md).
-constexpr int kV1KStages = 1, kV1VStages = 1;
-constexpr int kV1CtasPerSm = 3;
+// One warpgroup per CTA, 64 query rows; thread 0 also issues the copies.
+constexpr int kWgThreads = 128;
+// One K and one V stage (~27 KB of shared memory at D 64): K(j+1) loads
+// during tile j's softmax and PV, V(j+1) during QK(j+1) and its softmax, and
+// the CTAs sharing an SM (four at 125-127 registers; three with Q
+// smoothing) keep the tensor cores busy in turn.
+constexpr int kWgKStages = 1, kWgVStages = 1;
+constexpr int kWgCtasPerSm = 3;  // the register cap; four fit without Q smoothing
 
 template <int D>
-struct V1Shared {
+struct WgShared {
     alignas(128) int8_t q[Sizes<D>::q];
-    alignas(128) int8_t k[kV1KStages][Sizes<D>::k];
-    alignas(128) uint8_t v[kV1VStages][Sizes<D>::v];
+    alignas(128) int8_t k[kWgKStages][Sizes<D>::k];
+    alignas(128) uint8_t v[kWgVStages][Sizes<D>::v];
     // The mean restoration's B operand: two images in turn (tile j's mean
     // is used by tile j+1's PV group while tile j+1 writes its own), each a
     // k 0..7 half followed by an all-zero k 8..15 half.
     alignas(128) uint8_t mean[2][2][Sizes<D>::mean_half];
-    alignas(16) float bias[kV1KStages][VC_KV_ROWS];
-    uint64_t full_q, full_k[kV1KStages], full_v[kV1VStages];
+    alignas(16) float bias[kWgKStages][VC_KV_ROWS];
+    uint64_t full_q, full_k[kWgKStages], full_v[kWgVStages];
 };
 
 template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, typename OutT>
-__global__ void __launch_bounds__(kV1Threads, kV1CtasPerSm) vc_attention_v1_kernel(const __grid_constant__ vc_attention_params p) {
+__global__ void __launch_bounds__(kWgThreads, kWgCtasPerSm) vc_attention_wg_kernel(const __grid_constant__ vc_attention_params p) {
     extern __shared__ uint8_t smem_raw[];
-    V1Shared<D> &sm = *reinterpret_cast<V1Shared<D> *>(
+    WgShared<D> &sm = *reinterpret_cast<WgShared<D> *>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
     if (p.error_flag && *p.error_flag) return;
 
@@ -145,13 +137,13 @@ __global__ void __launch_bounds__(kV1Threads, kV1CtasPerSm) vc_attention_v1_kern
 
     if (tid == 0) {
         mbar_init(&sm.full_q, 1);
-        for (int s = 0; s < kV1KStages; s++) mbar_init(&sm.full_k[s], 1);
-        for (int s = 0; s < kV1VStages; s++) mbar_init(&sm.full_v[s], 1);
+        for (int s = 0; s < kWgKStages; s++) mbar_init(&sm.full_k[s], 1);
+        for (int s = 0; s < kWgVStages; s++) mbar_init(&sm.full_v[s], 1);
         fence_mbar_init();
     }
     if constexpr (VSMOOTH) {  // the mean images start as zeros; only their mean words are rewritten
         const uint32_t images = smem_addr(sm.mean);
-        for (uint32_t b = 4 * tid; b < sizeof(sm.mean); b += 4 * kV1Threads) sts_u32(images + b, 0u);
+        for (uint32_t b = 4 * tid; b < sizeof(sm.mean); b += 4 * kWgThreads) sts_u32(images + b, 0u);
         fence_proxy_async_shared();
     }
     __syncthreads();
@@ -168,8 +160,8 @@ __global__ void __launch_bounds__(kV1Threads, kV1CtasPerSm) vc_attention_v1_kern
     if (tid == 0) {
         mbar_arrive_expect_tx(&sm.full_q, Sizes<D>::q);
         bulk_load(sm.q, p.q + (q_head * p.q_tiles + m_block) * Sizes<D>::q, Sizes<D>::q, &sm.full_q);
-        for (int s = 0; s < kV1KStages && s < T; s++) load_k(s, s);
-        for (int s = 0; s < kV1VStages && s < T; s++) load_v(s, s);
+        for (int s = 0; s < kWgKStages && s < T; s++) load_k(s, s);
+        for (int s = 0; s < kWgVStages && s < T; s++) load_v(s, s);
     }
 
     const int row0 = m_block * VC_Q_ROWS + 16 * warp + g;
@@ -180,8 +172,8 @@ __global__ void __launch_bounds__(kV1Threads, kV1CtasPerSm) vc_attention_v1_kern
 
     mbar_wait(&sm.full_q, 0);
     for (int j = 0; j < T; j++) {
-        const int ks = j % kV1KStages, vs = j % kV1VStages;
-        const uint32_t k_parity = (j / kV1KStages) & 1, v_parity = (j / kV1VStages) & 1;
+        const int ks = j % kWgKStages, vs = j % kWgVStages;
+        const uint32_t k_parity = (j / kWgKStages) & 1, v_parity = (j / kWgVStages) & 1;
         int32_t sacc[64];
         mbar_wait(&sm.full_k[ks], k_parity);
         st.issue_qk(sacc, q_desc(sm.q), k_desc(sm.k[ks]));
@@ -190,7 +182,7 @@ __global__ void __launch_bounds__(kV1Threads, kV1CtasPerSm) vc_attention_v1_kern
         for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
         if (!QSMOOTH) {
             __syncthreads();  // every warp is done with K[ks]
-            if (tid == 0 && j + kV1KStages < T) load_k(ks, j + kV1KStages);
+            if (tid == 0 && j + kWgKStages < T) load_k(ks, j + kWgKStages);
         }
 
         TileP pt;
@@ -198,7 +190,7 @@ __global__ void __launch_bounds__(kV1Threads, kV1CtasPerSm) vc_attention_v1_kern
                    smem_addr(sm.bias[ks]));
         if (QSMOOTH) {
             __syncthreads();  // every warp is done with K[ks] and its terms
-            if (tid == 0 && j + kV1KStages < T) load_k(ks, j + kV1KStages);
+            if (tid == 0 && j + kWgKStages < T) load_k(ks, j + kWgKStages);
         }
 
         float pacc[D / 2 + 4];
@@ -217,9 +209,9 @@ __global__ void __launch_bounds__(kV1Threads, kV1CtasPerSm) vc_attention_v1_kern
         for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
         st.update(pacc, pt);
         __syncthreads();  // every warp is done with V[vs] and the mean image
-        if (tid == 0 && j + kV1VStages < T) load_v(vs, j + kV1VStages);
+        if (tid == 0 && j + kWgVStages < T) load_v(vs, j + kWgVStages);
     }
-    st.add_pending_mean(sm.v[(T - 1) % kV1VStages], t);
+    st.add_pending_mean(sm.v[(T - 1) % kWgVStages], t);
     store_rows<D, OutT>(p, st.o, st.m0, st.m1, st.l0, st.l1, q_head, kv_head, batch, head, row0, t);
 }
 
@@ -227,8 +219,8 @@ template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH>
 cudaError_t launch_dtype(const vc_attention_params &p, cudaStream_t stream) {
     return with_out_type(p.out_dtype, [&](auto out) {
         using OutT = typename decltype(out)::type;
-        return launch_kernel(vc_attention_v1_kernel<D, EXPCAST, VSMOOTH, QSMOOTH, OutT>,
-                             dim3(p.q_tiles, p.heads_q, p.batch), kV1Threads, (int)sizeof(V1Shared<D>) + 128, p,
+        return launch_kernel(vc_attention_wg_kernel<D, EXPCAST, VSMOOTH, QSMOOTH, OutT>,
+                             dim3(p.q_tiles, p.heads_q, p.batch), kWgThreads, (int)sizeof(WgShared<D>) + 128, p,
                              stream);
     });
 }

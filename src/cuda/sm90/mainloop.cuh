@@ -101,7 +101,7 @@ struct RowState {
     }
 
     // Online softmax of tile j: new row maxima, the rescale factors of the
-    // running sums (returned, applied at the update of tile j-1's successor),
+    // running sums (returned; they go with P(j) when its partial is folded),
     // and P as words (softmax.cuh). tail_keys < 128 masks keys past the end;
     // kmul: the K tile's multiplier for this lane; bias: the tile's
     // Q-smoothing terms in shared memory (QSMOOTH only).
@@ -174,9 +174,7 @@ struct RowState {
 #pragma unroll
         for (int i = 0; i < D / 2; i++) o[i] += pacc[i];
     }
-
 };
-
 
 // Writes tile x's block mean (FP16, as the record stores it) into its slot's
 // two k rows of a mean image (slot x % 8: k-half (x % 8) / 4, bytes

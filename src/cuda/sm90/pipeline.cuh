@@ -1,9 +1,9 @@
 // The ring of shared-memory slots between the producer and the consumers:
 // full[s] completes when slot s's bytes have landed (the producer's one
 // arrival carries the byte count, the bulk copies the bytes), empty[s] when
-// every consumer thread has released it: each thread's own arrival orders its
-// reads of the slot before the copy that overwrites it. Tile j uses slot j % S in phase
-// (j / S) & 1.
+// every consumer thread has released it: each thread's own arrival orders
+// its reads of the slot before the copy that overwrites it. Tile j uses slot
+// j % S in phase (j / S) & 1.
 #pragma once
 #include "ptx.cuh"
 

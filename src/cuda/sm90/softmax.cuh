@@ -96,12 +96,3 @@ static __device__ __forceinline__ void pack_p(const uint32_t *w, uint32_t *a) {
         }
     }
 }
-
-// Both steps at once (the kernels whose P registers are free at the softmax).
-template <bool EXPCAST, bool TAIL>
-static __device__ __forceinline__ void encode_p(const float *s, float A0, float A1, float m0,
-                                                float m1, float expcast_bias, uint32_t *a) {
-    uint32_t w[64];
-    encode_words<EXPCAST, TAIL>(s, A0, A1, m0, m1, expcast_bias, w);
-    pack_p<EXPCAST>(w, a);
-}
