@@ -271,6 +271,7 @@ struct operands {
     float *q_mul, *lse_shift, *k_mul;
     int need_lse_shift;    // set by the caller: computed only when an LSE is asked for
     uint8_t *v_records;
+    uint8_t *v_mean_images;  // head dim 128 with V-Smooth, else NULL
     float *tile_mean, *chan_mul;
     float *key_bias;       // Q smoothing's per-key terms, or NULL
 };
@@ -284,6 +285,10 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     const size_t mean_partials = k_channel_mean_partials((int)c.B, (int)c.Hkv, (int)Nk, (int)D);
     const int rg = c.regroup, qs = cfg->q_smoothing;
     const size_t q_partials = k_channel_mean_partials((int)c.B, (int)c.Hq, (int)Nq, (int)D);
+    // The head-dim-128 kernel that restores means (V-Smooth, and ExpCast
+    // without it: sm90/dispatch.cu) reads the means as mean images.
+    const bool mean_kernel = D == 128 && (c.grouped || cfg->p_format == VCATTN_P_FP8_EXPCAST);
+    const size_t mean_images = mean_kernel ? kvh * ((T + VC_MEAN_TILES - 1) / VC_MEAN_TILES) : 0;
     const size_t sizes[] = {
         4 * sizeof(int), kvh * D * 4, mean_partials * 8,                         // flag + norms, kmean, partials
         rg ? kvh * Nk * 4 : 0, rg ? kvh * k * D * 4 : 0, rg ? kvh * k * 4 : 0,    // perm, centroids, norms
@@ -291,7 +296,8 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         rg ? kvh * chunks * k * 4 : 0, rg ? kvh * k * 4 : 0,                     // counts, init rows
         qh * QT * VC_Q_ROWS * D, qh * QT * VC_Q_ROWS * 4, qh * Nq * 4,            // q codes, scales, lse shift
         kvh * T * VC_KV_ROWS * D, kvh * T * 16,                                   // k codes, scales
-        kvh * T * vc_v_record_bytes((uint32_t)D), 2 * kvh * T * D * 4, 2 * kvh * D * 4,
+        kvh * T * vc_v_record_bytes((uint32_t)D), mean_images * vc_mean_image_bytes((uint32_t)D),
+        2 * kvh * T * D * 4, 2 * kvh * D * 4,
         qs ? qh * D * 4 : 0, qs ? q_partials * 8 : 0, qs ? qh * T * VC_KV_ROWS * 4 : 0};  // Q smoothing
     size_t total = 0;
     for (size_t sz : sizes) total += (sz + 255) & ~size_t(255);
@@ -320,6 +326,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     op->k_codes = cs.take<int8_t>(kvh * T * VC_KV_ROWS * D);
     op->k_mul = cs.take<float>(kvh * T * 4);
     op->v_records = cs.take<uint8_t>(kvh * T * vc_v_record_bytes((uint32_t)D));
+    op->v_mean_images = mean_images ? cs.take<uint8_t>(mean_images * vc_mean_image_bytes((uint32_t)D)) : nullptr;
     op->tile_mean = cs.take<float>(kvh * T * D);
     float *tile_amax = cs.take<float>(kvh * T * D);
     float *chan_inv = cs.take<float>(kvh * D);
@@ -369,7 +376,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
                           qmean, cs.stream)) ||
         (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * 1.4426950408889634f, ck, cs.stream))) ||
         (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->tile_mean, tile_amax, chan_inv, op->chan_mul,
-                          op->v_records, cs.stream)))
+                          op->v_records, op->v_mean_images, cs.stream)))
         return cs.cuda_fail(err, "quantization");
     return VCATTN_OK;
 }
@@ -423,7 +430,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     vc_attention_params p = {};
     p.q = op.q_codes; p.q_mul = op.q_mul;
     p.k = op.k_codes; p.k_mul = op.k_mul;
-    p.v = op.v_records; p.v_mul = op.chan_mul;
+    p.v = op.v_records; p.v_mul = op.chan_mul; p.v_means = op.v_mean_images;
     p.lse_shift = cfg->k_smoothing ? op.lse_shift : nullptr;
     p.key_bias = op.key_bias;
     p.out = const_cast<void *>(dout.data); p.out_dtype = out->dtype;

@@ -60,10 +60,11 @@ cudaError_t check_score_bound(const float *max_norm, float score_mul, const quan
 
 // V: gather by perm (may be NULL), block means (when demean; 0 for a block
 // the sink guard keeps, as the CPU decides), per-channel E4M3 residual
-// written transposed with the block means. Workspace: T*D floats x 2.
+// written transposed with the block means; with mean_images (or NULL) the
+// means also as the mean wgmma's images. Workspace: T*D floats x 2.
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean, float sink_guard,
                        float *tile_mean, float *tile_amax, float *chan_inv, float *chan_mul,
-                       uint8_t *records, cudaStream_t stream);
+                       uint8_t *records, uint8_t *mean_images, cudaStream_t stream);
 
 // k-means over the value tokens of each (batch, head), then the stable
 // counting sort of the labels. centroids [B*H][k][D] hold the start on entry.

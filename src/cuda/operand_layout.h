@@ -13,6 +13,12 @@
  *            return the row sum of P) x 128 key positions, followed by the
  *            tile's block mean in code units as D floats (zeros without
  *            V-Smooth).                                 scales [B][Hkv][D]
+ *   means f16 [B][Hkv][ceil(T/8)] images (head dim 128, V-Smooth): the B
+ *            operand of the wgmma that restores the means of 8 tiles at
+ *            once, (D + 8) rows (the PV columns) x 16 k in two 8-k halves.
+ *            Tile x puts its mean (FP16, the record's values) in k rows
+ *            2 (x % 8) and + 1 of image x / 8; the ones rows and the slots
+ *            past the last tile are zero.
  *
  * Key position p of a V tile holds token 16 (p / 16) + sigma(p % 16): the
  * permutation that lets the probability accumulator registers be used as the
@@ -58,5 +64,16 @@ VCATTN_LAYOUT_FN uint32_t vc_sigma_inverse(uint32_t k) {
 
 VCATTN_LAYOUT_FN uint32_t vc_vt_bytes(uint32_t d) { return (d + VC_ONES_ROWS) * VC_KV_ROWS; }
 VCATTN_LAYOUT_FN uint32_t vc_v_record_bytes(uint32_t d) { return vc_vt_bytes(d) + d * 4; }
+
+#define VC_MEAN_TILES 8       /* tiles whose means share one mean image */
+
+/* One 8-k half of a mean image (16 bytes per row), and the whole image. */
+VCATTN_LAYOUT_FN uint32_t vc_mean_half_bytes(uint32_t d) { return (d + VC_ONES_ROWS) * 16; }
+VCATTN_LAYOUT_FN uint32_t vc_mean_image_bytes(uint32_t d) { return 2 * vc_mean_half_bytes(d); }
+
+/* Byte offset, in its image, of the (mu, mu) FP16 pair of tile x, row n. */
+VCATTN_LAYOUT_FN uint32_t vc_mean_image_offset(uint32_t x, uint32_t n, uint32_t d) {
+    return ((x >> 2) & 1) * vc_mean_half_bytes(d) + 16 * n + 4 * (x & 3);
+}
 
 #endif

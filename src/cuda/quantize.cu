@@ -9,6 +9,8 @@
 #include "sm90/ptx.cuh"
 #include "../formats/formats.h"
 
+#include <cuda_fp16.h>
+
 namespace {
 
 constexpr int kRowThreads = 256;  // >= 128: one thread per row of a tile where needed
@@ -386,6 +388,7 @@ struct v_args {
     float sink_guard;
     float *tile_mean, *tile_amax, *chan_inv, *chan_mul;
     uint8_t *records;
+    uint8_t *mean_images;  // or NULL (operand_layout.h)
 };
 
 // The tile's block mean (double, row order, as the CPU) and the amax of the
@@ -456,6 +459,26 @@ __global__ void v_scales_kernel(v_args a, int tiles) {
     a.chan_mul[head * d + ch] = scale;
 }
 
+// Tile `tile`'s words of its group's mean image: (mu, mu) in FP16 per channel,
+// zeros in the ones rows; the last tile also zeroes the slots after it.
+static __device__ void write_mean_image(const v_args &a, int64_t head, int tile, int tiles, const float *mean,
+                                        const float *inv) {
+    const uint32_t d = a.c.head_dim, rows = d + VC_ONES_ROWS, bytes = vc_mean_image_bytes(d);
+    const int groups = (tiles + VC_MEAN_TILES - 1) / VC_MEAN_TILES;
+    uint8_t *image = a.mean_images + (head * groups + tile / VC_MEAN_TILES) * (int64_t)bytes;
+    const int last = tile == tiles - 1 ? (tile / VC_MEAN_TILES + 1) * VC_MEAN_TILES - 1 : tile;
+    for (int x = tile; x <= last; x++) {
+        for (uint32_t n = threadIdx.x; n < rows; n += kRowThreads) {
+            uint32_t word = 0;
+            if (x == tile && n < d && a.demean) {
+                const uint32_t h = __half_as_ushort(__float2half_rn(vcattn_round_f16(mean[n] * inv[n])));
+                word = h | h << 16;
+            }
+            *reinterpret_cast<uint32_t *>(image + vc_mean_image_offset((uint32_t)x, n, d)) = word;
+        }
+    }
+}
+
 // V^T record of one tile: codes read straight from the float tile in the
 // order of the record's bytes (token sigma-permuted within 16), ones rows,
 // then the block mean in code units. A thread writes 16 bytes: one channel,
@@ -498,6 +521,7 @@ __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
     float *mu = reinterpret_cast<float *>(rec + vc_vt_bytes(d));
     for (int ch = threadIdx.x; ch < d; ch += kRowThreads)
         mu[ch] = a.demean ? vcattn_round_f16(mean[ch] * inv[ch]) : 0.0f;
+    if (a.mean_images) write_mean_image(a, head, tile, tiles, mean, inv);
 }
 
 // The check's score bound: |q| |k| sm_scale log2(e) beyond what float32
@@ -570,9 +594,9 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
 
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean,
                        float sink_guard, float *tile_mean, float *tile_amax, float *chan_inv, float *chan_mul,
-                       uint8_t *records, cudaStream_t stream) {
+                       uint8_t *records, uint8_t *mean_images, cudaStream_t stream) {
     const int tiles = (c.tokens + VC_KV_ROWS - 1) / VC_KV_ROWS;
-    v_args a = {v, c, perm, demean, sink_guard, tile_mean, tile_amax, chan_inv, chan_mul, records};
+    v_args a = {v, c, perm, demean, sink_guard, tile_mean, tile_amax, chan_inv, chan_mul, records, mean_images};
     const dim3 grid(tiles, c.heads, c.batch);
     const int smem = VC_KV_ROWS * (c.head_dim + 4) * (int)sizeof(float);
     cudaError_t err;

@@ -11,6 +11,7 @@ struct vc_attention_params {
     const float *k_mul;       // [B][Hkv][T][4]
     const uint8_t *v;         // [B][Hkv][T] records
     const float *v_mul;       // [B][Hkv][D]
+    const uint8_t *v_means;   // [B][Hkv][ceil(T/8)] mean images (head dim 128, V-Smooth)
     const float *lse_shift;   // [B][Hq][Nq], or NULL (no K smoothing)
     const float *key_bias;    // [B][Hq][T][128] Q smoothing's per-key term (log2 units), or NULL
     void *out;                // element (b, h, n, c) at out + b*sb + h*sh + n*sn + c

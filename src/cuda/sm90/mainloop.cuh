@@ -14,7 +14,7 @@
 #include <cuda_fp16.h>
 
 // How many tiles share one mean wgmma (the k16 f16 wgmma has 8 column pairs).
-constexpr int kMeanTiles = 8;
+constexpr int kMeanTiles = VC_MEAN_TILES;
 // The mean wgmma's A image: 64 rows x 16 f16 columns, two 8-column halves.
 constexpr uint32_t kMeanAHalf = VC_Q_ROWS * 16, kMeanABytes = 2 * kMeanAHalf;
 
@@ -175,21 +175,6 @@ struct RowState {
         for (int i = 0; i < D / 2; i++) o[i] += pacc[i];
     }
 };
-
-// Writes tile x's block mean (FP16, as the record stores it) into its slot's
-// two k rows of a mean image (slot x % 8: k-half (x % 8) / 4, bytes
-// 4 (x % 4) of each 16-byte row), one channel per thread, and makes it
-// visible to the tensor cores; a barrier of the warpgroup (the next turn)
-// orders it before the wgmma that reads it.
-template <int D>
-__device__ __forceinline__ void write_mean_image(uint8_t *image, const uint8_t *v, int x, int ctid) {
-    if (ctid < D) {
-        const float mu = lds_float(smem_addr(v + Sizes<D>::mean_offset) + 4 * ctid);
-        const uint32_t at = smem_addr(image) + ((x >> 2) & 1) * Sizes<D>::mean_half + 16 * ctid + 4 * (x & 3);
-        sts_u32(at, cvt_f16x2(mu, mu));
-        fence_proxy_async_shared();
-    }
-}
 
 // Keeps the compiler from touching registers a wgmma reads or writes
 // asynchronously before the wait that completes it.

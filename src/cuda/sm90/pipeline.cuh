@@ -18,8 +18,9 @@ template <int S> struct Ring {
             mbar_init(&empty[s], kConsumerThreads);
         }
     }
-    static __device__ __forceinline__ int slot(int j) { return j % S; }
-    static __device__ __forceinline__ uint32_t phase(int j) { return (j / S) & 1; }
+    // Unsigned: a signed j % S costs the sign fix-ups on every tile.
+    static __device__ __forceinline__ int slot(int j) { return (int)((uint32_t)j % S); }
+    static __device__ __forceinline__ uint32_t phase(int j) { return ((uint32_t)j / S) & 1; }
 
     // Consumer side.
     __device__ __forceinline__ void wait_full(int j) { mbar_wait(&full[slot(j)], phase(j)); }

@@ -10,11 +10,13 @@ static __device__ __forceinline__ void tile_row_max(const float *s, float A0, fl
                                                     float &max0, float &max1) {
     // Four independent chains per row (max is exact in any order): the
     // serial chain of 32 dependent FMNMX was on the warp's critical path.
+    // Registers 0..15 of even index seed the eight chains.
     float d[2][4];
 #pragma unroll
-    for (int c = 0; c < 4; c++) d[0][c] = d[1][c] = -INFINITY;
+    for (int i = 0; i < 16; i += 2) d[(i >> 1) & 1][(i >> 2) & 3] = s[i];
 #pragma unroll
     for (int i = 0; i < 64; i++) {
+        if (i < 16 && (i & 1) == 0) continue;
         float &acc = d[(i >> 1) & 1][(i >> 2) & 3];
         acc = fmaxf(acc, s[i]);
     }

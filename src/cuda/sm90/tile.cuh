@@ -11,9 +11,9 @@ template <int D> struct Sizes {
     static constexpr uint32_t q = VC_Q_ROWS * D, k = VC_KV_ROWS * D;
     static constexpr uint32_t vt_rows = D + VC_ONES_ROWS, v = vt_rows * VC_KV_ROWS + D * 4;
     static constexpr uint32_t mean_offset = vt_rows * VC_KV_ROWS;  // the D floats of mu
-    // One k-half (k 0..7, 16 bytes per row) of the mean restoration's f16 B
-    // operand: rows are the PV product's D + 8 columns.
-    static constexpr uint32_t mean_half = vt_rows * 16;
+    // One k-half of a mean image (the mean wgmma's f16 B operand), and the
+    // image: vc_mean_half_bytes, vc_mean_image_bytes.
+    static constexpr uint32_t mean_half = vt_rows * 16, mean_image = 2 * mean_half;
 };
 
 // Descriptors of a tile's operands (K-major, no swizzle), advanced by one
