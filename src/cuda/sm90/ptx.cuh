@@ -139,9 +139,18 @@ static __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t 
 }
 
 // ---- ExpCast packing --------------------------------------------------------
-static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-    uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+// Four floats to four bytes, x0 in byte 0: each rounded to the nearest
+// integer (ties to even), saturated to [0, 255] (NaN and -inf give 0). ptxas
+// fuses each pair of conversions with its pack into one F2IP.U8.F32.
+static __device__ __forceinline__ uint32_t round_pack_u8x4(float x0, float x1, float x2, float x3) {
+    int32_t i0, i1, i2, i3;
+    asm("cvt.rni.s32.f32 %0, %1;\n" : "=r"(i0) : "f"(x0));
+    asm("cvt.rni.s32.f32 %0, %1;\n" : "=r"(i1) : "f"(x1));
+    asm("cvt.rni.s32.f32 %0, %1;\n" : "=r"(i2) : "f"(x2));
+    asm("cvt.rni.s32.f32 %0, %1;\n" : "=r"(i3) : "f"(x3));
+    uint32_t high, d;  // cvt.pack d, a, b, c: b in byte 0, a in byte 1, c's low half above
+    asm("cvt.pack.sat.u8.s32.b32 %0, %1, %2, 0;\n" : "=r"(high) : "r"(i3), "r"(i2));
+    asm("cvt.pack.sat.u8.s32.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(i1), "r"(i0), "r"(high));
     return d;
 }
 

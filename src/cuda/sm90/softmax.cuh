@@ -31,39 +31,25 @@ static __device__ __forceinline__ void tile_row_max(const float *s, float A0, fl
     }
 }
 
-static __device__ __forceinline__ float fma_sat(float a, float b, float c) {
-    float d;
-    asm("fma.rn.sat.f32 %0, %1, %2, %3;\n" : "=f"(d) : "f"(a), "f"(b), "f"(c));
-    return d;
-}
-
-// ExpCast: byte = RNE(clamp(dot * 8A + (120 + beta) - 8m, 0, 120)) computed on a
-// 1/128 scale: FFMA.SAT clamps to [0, 1], the magic-number FFMA rounds, and
-// the byte is in the low 8 bits. a = 8A/128, c = ((120 + beta) - 8m)/128.
-static __device__ __forceinline__ uint32_t expcast_word(float dot, float a, float c) {
-    float y = fma_sat(dot, a, c);
-    return __float_as_uint(__fmaf_rn(y, 128.0f, 12582912.0f));
-}
-
-// Four codes in the low bytes of w0..w3 -> one register, w0 in byte 0.
-static __device__ __forceinline__ uint32_t pack4(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
-    return prmt(prmt(w0, w1, 0x0040u), prmt(w2, w3, 0x0040u), 0x5410u);
+// ExpCast's argument x = dot 8A + (120 + beta) - 8m, one FMA as the CPU's
+// fmaf(dot, 8 mult, bias); pack_p rounds and clamps it to the byte.
+static __device__ __forceinline__ uint32_t expcast_word(float dot, float a8, float bias) {
+    return __float_as_uint(__fmaf_rn(dot, a8, bias));
 }
 
 // P of the tile as 64 words, one per score, in the registers of the scores:
-// ExpCast leaves the E4M3 code in the low byte of each word, exp-then-cast
-// leaves the float to convert. pack_p turns them into the PV A registers;
-// keeping the two apart lets the words wait for the registers of the P that
-// the previous tile's PV wgmma still reads. Masked keys come in as dot = -inf:
-// ExpCast saturates them (and the NaN of -inf * 0) to code 0; exp-then-cast
-// (TAIL only) clamps the exponent so that ex2 flushes them to 0.
+// ExpCast leaves its argument x, exp-then-cast the float to convert.
+// pack_p turns them into the PV A registers; keeping the two apart lets the
+// words wait for the registers of the P that the previous tile's PV wgmma
+// still reads. Masked keys come in as dot = -inf: ExpCast's conversion
+// saturates them (and the NaN of -inf * 0) to code 0; exp-then-cast (TAIL
+// only) clamps the exponent so that ex2 flushes them to 0.
 template <bool EXPCAST, bool TAIL>
 static __device__ __forceinline__ void encode_words(const float *s, float A0, float A1, float m0,
                                                     float m1, float expcast_bias, uint32_t *w) {
     if constexpr (EXPCAST) {
-        const float a0 = A0 * 0.0625f, a1 = A1 * 0.0625f;  // 8A / 128, exact
-        const float c0 = (expcast_bias - 8.0f * m0) * 0.0078125f;
-        const float c1 = (expcast_bias - 8.0f * m1) * 0.0078125f;
+        const float a0 = 8.0f * A0, a1 = 8.0f * A1;
+        const float c0 = expcast_bias - 8.0f * m0, c1 = expcast_bias - 8.0f * m1;
 #pragma unroll
         for (int i = 0; i < 64; i++) w[i] = expcast_word(s[i], (i >> 1) & 1 ? a1 : a0, (i >> 1) & 1 ? c1 : c0);
     } else {
@@ -79,18 +65,21 @@ static __device__ __forceinline__ void encode_words(const float *s, float A0, fl
 
 // The words into 16 A registers. Register 4kc+r of key chunk kc (32 keys)
 // takes words 16kc + {0,1,4,5} (r=0), {2,3,6,7}, {8,9,12,13}, {10,11,14,15}.
+// ExpCast's byte is clip(RNE(x), 0, 255), which is the CPU's
+// clip(RNE(x), 0, 120): x <= 120 + beta + 8 ulp(m) / 2 < 120.5 for every
+// score the check admits (|m| < 2^20).
 template <bool EXPCAST>
 static __device__ __forceinline__ void pack_p(const uint32_t *w, uint32_t *a) {
 #pragma unroll
     for (int kc = 0; kc < 4; kc++) {
         const uint32_t *x = w + 16 * kc;
+        const auto e = [&](int i) { return __uint_as_float(x[i]); };
         if constexpr (EXPCAST) {
-            a[4 * kc + 0] = pack4(x[0], x[1], x[4], x[5]);
-            a[4 * kc + 1] = pack4(x[2], x[3], x[6], x[7]);
-            a[4 * kc + 2] = pack4(x[8], x[9], x[12], x[13]);
-            a[4 * kc + 3] = pack4(x[10], x[11], x[14], x[15]);
+            a[4 * kc + 0] = round_pack_u8x4(e(0), e(1), e(4), e(5));
+            a[4 * kc + 1] = round_pack_u8x4(e(2), e(3), e(6), e(7));
+            a[4 * kc + 2] = round_pack_u8x4(e(8), e(9), e(12), e(13));
+            a[4 * kc + 3] = round_pack_u8x4(e(10), e(11), e(14), e(15));
         } else {
-            const auto e = [&](int i) { return __uint_as_float(x[i]); };
             a[4 * kc + 0] = cvt_e4m3x2(e(0), e(1)) | (cvt_e4m3x2(e(4), e(5)) << 16);
             a[4 * kc + 1] = cvt_e4m3x2(e(2), e(3)) | (cvt_e4m3x2(e(6), e(7)) << 16);
             a[4 * kc + 2] = cvt_e4m3x2(e(8), e(9)) | (cvt_e4m3x2(e(12), e(13)) << 16);
