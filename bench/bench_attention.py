@@ -27,10 +27,11 @@ import subprocess
 import sys
 import time
 
-import torch
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from needs import torch_or_exit  # noqa: E402
+
+torch = torch_or_exit("bench_attention")
 from vcattn import _capi  # noqa: E402
 from timing import median_ms  # noqa: E402
 

@@ -14,9 +14,10 @@ import argparse
 import os
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from needs import torch_or_exit  # noqa: E402
+
+torch = torch_or_exit("bench_grouping")
 from bench_attention import SHAPES, Vcattn, kernel_ms, time_ms  # noqa: E402
 
 REFRESH_STEP, PLAIN_STEP = 4, 5  # of a 40-step schedule: in the window, a refresh step / a reuse step
@@ -51,8 +52,6 @@ def main():
     ap.add_argument("--method", default="vc")
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("bench_grouping: needs a CUDA GPU (torch.cuda.is_available() is False)")
     libs = [p for p in args.libs.split(",") if p] or [None]
     builds = [(p or "default library", Vcattn(p)) for p in libs]
     for name in args.shapes.split(","):

@@ -20,9 +20,10 @@ import json
 import os
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from needs import cuda_or_exit, torch_or_exit  # noqa: E402
+
+torch = torch_or_exit("bench_preprocess", cuda=False)
 from timing import median_ms  # noqa: E402
 
 SHAPES = {"tiny": (1, 2, 1000, 128)}
@@ -78,6 +79,7 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--lib", default=None)
     args = ap.parse_args()
+    cuda_or_exit("bench_preprocess", args.device)
     if args.device == "cuda":
         from bench_attention import SHAPES as GPU_SHAPES, Vcattn, kernel_ms
         SHAPES.update(GPU_SHAPES)

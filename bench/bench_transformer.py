@@ -15,10 +15,11 @@ import os
 import statistics
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from needs import cuda_or_exit, torch_or_exit  # noqa: E402
+
+torch = torch_or_exit("bench_transformer", cuda=False)
 import vcattn.diffusers  # noqa: E402
 from timing import median_ms  # noqa: E402
 
@@ -45,6 +46,7 @@ def main():
     ap.add_argument("--method", default="vc")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    cuda_or_exit("bench_transformer", args.device)
     from diffusers import WanTransformer3DModel
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

@@ -5,10 +5,14 @@
         --set full -o prof python3 bench/profile_call.py --shape seq-32k
 """
 import argparse
+import os
+import sys
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from needs import torch_or_exit  # noqa: E402
 
-from bench_attention import SHAPES, Vcattn
+torch = torch_or_exit("profile_call")
+from bench_attention import SHAPES, Vcattn  # noqa: E402
 
 
 def main():

@@ -60,6 +60,47 @@ check(rel(out_scaled, reference(q, k, v, 0.05)[0]) < 3e-3, "sm_scale not applied
 q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
 check(rel(vcattn.attention(q16, k16, v16).astype(np.float32), ref) < 0.06, "float16 numpy")
 
+# ---- method switches, config=, the scale alias ------------------------------------
+out_h = vcattn.attention(q, k, v, method="vc+hadamard")
+check(np.array_equal(vcattn.attention(q, k, v, method="vc", hadamard=1), out_h), "hadamard=1 keyword")
+check(np.array_equal(vcattn.attention(q, k, v, config=vcattn.config("vc+hadamard")), out_h), "config= Config")
+check(np.array_equal(vcattn.attention(q, k, v, config={"hadamard": 1}), out_h), "config= mapping")
+check(rel(vcattn.attention(q, k, v, method="vc", sink_guard=0.9), ref) < 0.06, "sink_guard keyword")
+check(np.array_equal(vcattn.attention(q, k, v, method="bf16", scale=0.05), out_scaled), "scale alias")
+check(np.array_equal(vcattn.attention(q, k, v, config=vcattn.config("bf16", sm_scale=0.05)), out_scaled),
+      "sm_scale from config=")
+raises(ValueError, lambda: vcattn.attention(q, k, v, sm_scale=0.1, scale=0.2), "alias", "scale disagrees")
+raises(TypeError, lambda: vcattn.attention(q, k, v, hadamrd=1), "hadamrd", "misspelt switch")
+raises(TypeError, lambda: vcattn.attention(q, k, v, hadamard="yes"), "integer", "switch type")
+raises(TypeError, lambda: vcattn.attention(q, k, v, config=3), "config must be", "config type")
+raises(TypeError, lambda: vcattn.attention(q, k, v, dropout_p=0.1), "inference only", "dropout")
+raises(ValueError, lambda: vcattn.attention(q, k, v, kmeans_iters=-1), "config", "field out of range")
+
+# ---- python -m vcattn, py.typed -------------------------------------------------
+import subprocess  # noqa: E402
+env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+about = subprocess.run([sys.executable, "-m", "vcattn"], capture_output=True, text=True, env=env)
+check(about.returncode == 0 and "cpu backend: available" in about.stdout and "cuda backend:" in about.stdout,
+      "python -m vcattn: rc %d, %r" % (about.returncode, about.stdout + about.stderr))
+check(os.path.exists(os.path.join(os.path.dirname(vcattn.__file__), "py.typed")), "py.typed")
+
+# ---- the benchmarks where they cannot run: one line, no traceback ----------------
+bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+try:
+    import torch as _torch
+    gpu_here = _torch.cuda.is_available()
+except ImportError:
+    gpu_here = False
+if gpu_here:
+    print("test_python: a GPU is here, so the benchmarks' no-GPU exit is not checked")
+else:
+    for script in ("bench_attention.py", "bench_grouping.py", "profile_call.py", "bench_preprocess.py",
+                   "bench_transformer.py"):
+        r = subprocess.run([sys.executable, os.path.join(bench, script)], capture_output=True, text=True, env=env)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode != 0 and len(lines) == 1 and "needs" in lines[0] and not r.stdout,
+              "%s without a GPU: rc %d, stdout %r, stderr %r" % (script, r.returncode, r.stdout, r.stderr))
+
 # ---- bad input ----------------------------------------------------------------
 raises(NotImplementedError, lambda: vcattn.attention(q, k, v, is_causal=True), "causal", "is_causal")
 raises(ValueError, lambda: vcattn.attention(q, k, v, tensor_layout="BHSD"), "tensor_layout", "layout")
@@ -110,6 +151,12 @@ if torch is not None:
     strided = torch.from_numpy(np.ascontiguousarray(nhd[0])).transpose(1, 2)  # non-contiguous HND view
     check(torch.equal(vcattn.attention(strided, tk, tv), out_t), "strided view differs")
     raises(ValueError, lambda: vcattn.attention(tq, tk.double(), tv), "dtype", "mixed dtypes")
+    gq = tq.clone().requires_grad_()
+    raises(RuntimeError, lambda: vcattn.attention(gq, tk, tv), "inference only", "requires_grad input")
+    with torch.no_grad():
+        check(torch.equal(vcattn.attention(gq, tk, tv), out_t), "requires_grad input under no_grad")
+    check(torch.equal(vcattn.attention(tq, tk, tv, method="vc", hadamard=1),
+                      torch.from_numpy(out_h)), "torch: switches through the custom op")
 
     def f(a, b, c):
         return vcattn.attention(a, b, c) * 2.0

@@ -8,30 +8,43 @@ for video diffusion transformers.
 
 Torch tensors (CPU or CUDA) and numpy arrays (CPU backend) are accepted.
 """
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Tuple, Union
+
+from . import _capi
 from ._core import LayerState, OutOfMemoryError, VcattnError, _check_layout, check_step, config, lib  # noqa: F401 (config: public)
+from ._core import check_switches, config_fields
 
 __all__ = ["attention", "Session", "LayerState", "VcattnError", "OutOfMemoryError", "config", "version"]
 
 
-def version():
+def version() -> str:
     return lib().vcattn_version_string().decode()
 
 
-def attention(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, return_lse=False,
-              method="vc", state=None, check_finite=True):
+def attention(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_scale: Optional[float] = None,
+              return_lse: bool = False, method: str = "vc", state: Optional[LayerState] = None,
+              check_finite: Optional[bool] = None, *, scale: Optional[float] = None,
+              config: Union[_capi.Config, Mapping[str, Any], None] = None, **switches: Any):
     """Non-causal attention of q [B, Hq, Nq, D] (or [B, Nq, Hq, D] with
     tensor_layout="NHD") against k, v [B, Hkv, Nk, D]; Hq a multiple of Hkv.
+    Inference only: inputs that require grad (with grad mode on) are refused.
 
     method: "vc" (default), "vsmooth", "sage2" (each "+hadamard"); the CPU
     backend also runs "bf16", "fp8-naive", "sage3-4bit", "vsmooth-4bit", and
     any method with a "+qsmooth" suffix (Q smoothing: slightly more faithful,
     17% slower attention kernel for vc on the H200).
-    sm_scale: softmax scale, default 1/sqrt(D). state: a LayerState (or
-    Session.layer(...)) carrying the V-Smooth grouping across denoising steps;
-    None groups on every call. return_lse: also return the log-sum-exp per
-    row, natural log, float32 [B, Hq, Nq] (as sageattn). check_finite: reject
-    NaN/Inf inputs, and inputs whose scores float32 cannot resolve (costs
-    one device sync per call on the GPU).
+    sm_scale (or its alias scale, as in torch SDPA): softmax scale, default
+    1/sqrt(D). state: a LayerState (or Session.layer(...)) carrying the
+    V-Smooth grouping across denoising steps; None groups on every call.
+    return_lse: also return the log-sum-exp per row, natural log, float32
+    [B, Hq, Nq] (as sageattn). check_finite: reject NaN/Inf inputs, and
+    inputs whose scores float32 cannot resolve (costs one device sync per
+    call on the GPU); default on.
+    config: the result of vcattn.config(...) or a {field: value} mapping;
+    switches: config fields as keywords (e.g. sink_guard=0.5, hadamard=1),
+    applied over the method's preset, then over config.
     Head dims on the GPU: 64 and 128; smaller multiples of 8 are zero-padded.
     """
     if is_causal:
@@ -43,12 +56,40 @@ def attention(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, retu
     if state is not None and not isinstance(state, LayerState):
         raise TypeError("vcattn: state must be a vcattn.LayerState (e.g. Session.layer(name)), got %s"
                         % type(state).__name__)
+    fields = _resolve_fields(config, switches)
+    sm_scale = _resolve_scale(sm_scale, scale, fields.pop("sm_scale", 0.0))
+    finite = fields.pop("check_finite", 1)
+    check_finite = bool(finite) if check_finite is None else bool(check_finite)
     if type(q).__module__.startswith("numpy"):
         from ._numpy import attention as impl
     else:
         from ._torch_op import attention as impl
-    out, lse = impl(q, k, v, tensor_layout, sm_scale, method, state, check_finite)
+    out, lse = impl(q, k, v, tensor_layout, sm_scale, method, state, check_finite, fields)
     return (out, lse) if return_lse else out
+
+
+def _resolve_fields(config, switches):
+    """The config field overrides: config's (all of them), then the keywords."""
+    if config is None:
+        fields = {}
+    elif isinstance(config, _capi.Config):
+        fields = config_fields(config)
+    elif isinstance(config, Mapping):
+        fields = dict(config)
+    else:
+        raise TypeError("vcattn: config must be the result of vcattn.config(...) or a mapping of its fields, "
+                        "got %s" % type(config).__name__)
+    fields.update(switches)
+    return check_switches(fields)
+
+
+def _resolve_scale(sm_scale, scale, from_config):
+    if sm_scale is not None and scale is not None and float(sm_scale) != float(scale):
+        raise ValueError("vcattn: sm_scale=%r and scale=%r disagree (scale is an alias)" % (sm_scale, scale))
+    given = sm_scale if sm_scale is not None else scale
+    if given is None and from_config > 0:
+        given = from_config
+    return given
 
 
 class Session:

@@ -44,6 +44,54 @@ def _context(backend):
     return cache[backend]
 
 
+_FIELDS = {name: ctype for name, ctype in _capi.Config._fields_}
+_FLOAT_FIELDS = {name for name, ctype in _capi.Config._fields_ if ctype is ctypes.c_float}
+# SDPA / flash-attn keywords a drop-in caller may pass, and why they are refused.
+_UNSUPPORTED = {
+    "attn_mask": "attention masks are not supported (full non-causal attention only)",
+    "dropout_p": "dropout is not supported (inference only)",
+    "enable_gqa": "not needed: grouped-query heads (Hq a multiple of Hkv) are always accepted",
+}
+
+
+def check_switches(switches):
+    """Config field overrides as {name: int or float}, or a TypeError naming the bad one."""
+    out = {}
+    for key, value in switches.items():
+        if key in _UNSUPPORTED:
+            raise TypeError("vcattn: %s: %s" % (key, _UNSUPPORTED[key]))
+        if key not in _FIELDS:
+            raise TypeError("vcattn: unknown keyword or config field %r (config fields: %s)"
+                            % (key, ", ".join(_FIELDS)))
+        if isinstance(value, bool) or key not in _FLOAT_FIELDS:
+            if isinstance(value, float) and not value.is_integer() or not isinstance(value, (int, float)):
+                raise TypeError("vcattn: config field %s takes an integer, got %r" % (key, value))
+            out[key] = int(value)
+        else:
+            if not isinstance(value, (int, float)):
+                raise TypeError("vcattn: config field %s takes a number, got %r" % (key, value))
+            out[key] = float(value)
+    return out
+
+
+def encode_switches(switches):
+    """The overrides as one string (the torch op's arguments are plain types)."""
+    return ";".join("%s=%r" % (k, switches[k]) for k in sorted(switches))
+
+
+def decode_switches(text):
+    out = {}
+    for item in filter(None, text.split(";")):
+        key, value = item.split("=", 1)
+        out[key] = float(value) if key in _FLOAT_FIELDS else int(value)
+    return out
+
+
+def config_fields(cfg):
+    """Every field of a Config as {name: value}."""
+    return {name: getattr(cfg, name) for name in _FIELDS}
+
+
 def config(method="vc", sm_scale=None, check_finite=True, **switches):
     """The C config of a method preset, with sm_scale and any field overridden."""
     cfg = _capi.Config()
@@ -55,10 +103,7 @@ def config(method="vc", sm_scale=None, check_finite=True, **switches):
             raise ValueError("vcattn: sm_scale must be a positive finite number, got %r" % (sm_scale,))
         cfg.sm_scale = float(sm_scale)
     cfg.check_finite = int(bool(check_finite))
-    names = {f[0] for f in _capi.Config._fields_}
-    for key, value in switches.items():
-        if key not in names:
-            raise TypeError("vcattn: unknown config field %r" % (key,))
+    for key, value in check_switches(switches).items():
         setattr(cfg, key, value)
     return cfg
 
