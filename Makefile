@@ -7,8 +7,11 @@ WORKLOAD ?= small
 
 all: build
 
+# CUDA=OFF: the CPU-only build, even where nvcc exists (a fresh build folder).
+CUDA ?= ON
+
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DVCATTN_CUDA=$(CUDA)
 
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
