@@ -123,5 +123,41 @@ check "eval: files and --workload" 2 "not both" -- eval --workload tiny --q "$da
 check "eval: files and --draws" 2 "--draws applies to built-in workloads" -- eval --draws 2 \
     --q "$data/minilm-l0-q.npy" --k "$data/minilm-l0-k.npy" --v "$data/minilm-l0-v.npy"
 
+# Mismatched .npy shapes: refused before any computation (the FP64
+# reference once ran first and read past v). npy_f32 FILE SHAPE COUNT
+# writes a float32 .npy of COUNT zeros (or of VALUE bits when given).
+npy_f32() {
+    h="{'descr': '<f4', 'fortran_order': False, 'shape': ($2), }"
+    while [ $(( (10 + ${#h} + 1) % 64 )) -ne 0 ]; do h="$h "; done
+    len=$(( ${#h} + 1 ))
+    {
+        printf '\223NUMPY\001\000'
+        printf "\\$(printf %o $((len % 256)))\\$(printf %o $((len / 256)))"
+        printf '%s\n' "$h"
+        head -c $(( $3 * 4 )) /dev/zero
+    } >"$1"
+}
+npy_f32 "$tmp/q.npy" "1, 2, 4000, 32" 256000
+npy_f32 "$tmp/k.npy" "1, 2, 4000, 32" 256000
+npy_f32 "$tmp/v1.npy" "1, 2, 1, 32" 64
+npy_f32 "$tmp/v1h.npy" "1, 1, 4000, 32" 128000
+npy_f32 "$tmp/q2.npy" "2, 2, 4000, 32" 512000
+for bad in "v with one token:--v $tmp/v1.npy --k $tmp/k.npy --q $tmp/q.npy" \
+           "v with fewer heads:--v $tmp/v1h.npy --k $tmp/k.npy --q $tmp/q.npy" \
+           "q batch 2, k batch 1:--v $tmp/k.npy --k $tmp/k.npy --q $tmp/q2.npy" \
+           "NHD mismatch:--layout NHD --v $tmp/v1h.npy --k $tmp/k.npy --q $tmp/q.npy"; do
+    # shellcheck disable=SC2086
+    check "eval refuses ${bad%%:*}" 1 "shape mismatch" -- eval --backend cpu --methods sage2 ${bad#*:}
+    if grep -qF "fp64 reference" "$tmp/out"; then
+        failed=$((failed + 1))
+        echo "FAIL eval refuses ${bad%%:*}: the reference ran before the shape check"
+    else
+        passed=$((passed + 1))
+        echo "ok   eval refuses ${bad%%:*} before computing"
+    fi
+    # shellcheck disable=SC2086
+    check "study refuses ${bad%%:*}" 1 "shape mismatch" -- eval --study studies ${bad#*:}
+done
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -598,6 +598,22 @@ static vcattn_status load_inputs(const options *o, inputs *in, char *err) {
     return VCATTN_OK;
 }
 
+/* The library's own argument checks (shapes, head dim, strides; not the
+ * values) on the loaded inputs, before anything computes with them. */
+static vcattn_status validate_inputs(const inputs *in, char *err) {
+    vcattn_context *ctx;
+    vcattn_status st = vcattn_create(&ctx, VCATTN_BACKEND_CPU);
+    if (st) {
+        snprintf(err, ERRLEN, "cannot create a context to check the inputs");
+        return st;
+    }
+    const vcattn_config cfg = vcattn_config_default();
+    st = vcattn_validate_call(ctx, &cfg, &in->q, &in->k, &in->v, NULL, inputs_rope(in), 0);
+    if (st) snprintf(err, ERRLEN, "%s", vcattn_last_error(ctx));
+    vcattn_destroy(ctx);
+    return st;
+}
+
 /* -------------------------------------------------------------- printing */
 
 static double now_ms(void) {
@@ -902,6 +918,7 @@ static int cmd_study(const options *o) {
     inputs in;
     char err[ERRLEN];
     vcattn_status st = load_inputs(o, &in, err);
+    if (!st) st = validate_inputs(&in, err);
     if (st) {
         int rc = lib_error(st, err);
         inputs_free(&in);
@@ -1011,6 +1028,7 @@ static int cmd_eval(const options *o) {
         each.seed = o->seed + (uint64_t)draw;
         inputs_free(&in);
         vcattn_status st = load_inputs(&each, &in, err);
+        if (!st) st = validate_inputs(&in, err);
         if (st) {
             rc = lib_error(st, err);
             goto done;

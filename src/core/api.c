@@ -210,8 +210,9 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
                                    const vcattn_tensor *q, const vcattn_tensor *k,
                                    const vcattn_tensor *v, const vcattn_tensor *out,
                                    const vcattn_rope *rope, int scan_host) {
-    if (!cfg || !q || !k || !v || !out)
+    if (!cfg || !q || !k || !v)
         return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "cfg, q, k, v and out must not be NULL");
+    if (!out) out = q;  /* inputs alone: q's shape stands for out's */
     vcattn_status s;
     if ((s = check_tensor(ctx, q, "q")) || (s = check_tensor(ctx, k, "k")) ||
         (s = check_tensor(ctx, v, "v")) || (s = check_tensor(ctx, out, "out")))
@@ -266,6 +267,7 @@ vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_config *cfg,
                                const vcattn_rope *rope, vcattn_layer *layer) {
     if (!ctx) return VCATTN_ERR_NULL_POINTER;
     ctx->last_error[0] = '\0';
+    if (!out) return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "cfg, q, k, v and out must not be NULL");
     vcattn_status s = vcattn_validate_call(ctx, cfg, q, k, v, out, rope,
                                           ctx->backend != VCATTN_BACKEND_CUDA);
     if (s) return s;
