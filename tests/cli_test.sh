@@ -107,6 +107,9 @@ check "run --methods" 2 "--methods belongs to eval" -- run --methods sage2
 check "eval --q-smoothing" 0 '"q_smoothing": true' -- run --workload tiny --method vc --q-smoothing --backend cpu --json
 check "run --sink-guard" 0 '"sink_guard": 0' -- run --workload tiny --sink-guard 0 --backend cpu --json
 check "run --sink-guard out of range" 2 "--sink-guard" -- run --workload tiny --sink-guard 2
+check "run --iters past the bound" 2 "--iters: '1001' is not an integer in [1, 1000]" -- run --iters 1001
+check "run --threads past the bound" 2 "--threads: '100000'" -- run --threads 100000
+check "run --sm-scale past the bound" 2 "--sm-scale: '1e30'" -- run --sm-scale 1e30
 
 # Captured tensors of a pretrained transformer (tools/capture_minilm.py):
 # eval and the studies on .npy inputs; the ExpCast bound holds on every row.

@@ -93,6 +93,32 @@ static void test_bad_inputs(vcattn_context *ctx) {
     c = good_call(); c.cfg.sm_scale = -1.0f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative sm_scale");
     c = good_call(); c.cfg.sm_scale = NAN; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "NaN sm_scale");
     c = good_call(); c.cfg.p_format = (vcattn_p_format)42; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "bad p format");
+    /* Every config field has an upper bound (vcattn.h): past it a call once
+     * crashed inside OpenMP (100000 threads) or ran for hours (2e9 iterations). */
+    c = good_call(); c.cfg.num_threads = 100000; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "100000 threads");
+    c = good_call(); c.cfg.num_threads = VCATTN_MAX_THREADS + 1;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "threads past the bound");
+    c = good_call(); c.cfg.kmeans_iters = 2000000000; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "2e9 iterations");
+    c = good_call(); c.cfg.kmeans_warm_iters = VCATTN_MAX_KMEANS_ITERS + 1;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "warm iterations past the bound");
+    c = good_call(); c.cfg.kmeans_clusters = VCATTN_MAX_KMEANS_CLUSTERS + 1;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "clusters past the bound");
+    c = good_call(); c.cfg.sm_scale = 1e30f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "sm_scale 1e30");
+    c = good_call(); c.cfg.group_refresh = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "group_refresh 0");
+    c = good_call(); c.cfg.expcast_beta = 1.0f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "beta 1");
+    c = good_call(); c.cfg.group_window = -0.5f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "window < 0");
+    c = good_call(); c.cfg.hadamard = 2; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "hadamard 2");
+    c = good_call(); c.cfg.vsmooth = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "vsmooth -1");
+    c = good_call(); c.cfg.k_smoothing = 7; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "k_smoothing 7");
+    c = good_call(); c.cfg.q_smoothing = 2; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "q_smoothing 2");
+    c = good_call(); c.cfg.check_finite = 3; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "check_finite 3");
+    c = good_call(); c.cfg.demean_outside_window = 2;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "demean_outside_window 2");
+    /* The bounds themselves are accepted. */
+    c = good_call(); c.cfg.num_threads = 2; c.cfg.kmeans_iters = VCATTN_MAX_KMEANS_ITERS;
+    c.cfg.kmeans_warm_iters = VCATTN_MAX_KMEANS_ITERS; c.cfg.sm_scale = VCATTN_MAX_SM_SCALE;
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK,
+          "config at its bounds: %s", vcattn_last_error(ctx));
     c = good_call(); c.q.head_dim = c.k.head_dim = c.v.head_dim = c.out.head_dim = 24; c.cfg.hadamard = 1;
     expect(ctx, &c, VCATTN_ERR_UNSUPPORTED_CONFIG, "Hadamard with head dim 24");
     c = good_call(); c.q.head_dim = c.k.head_dim = c.v.head_dim = c.out.head_dim = 24;
@@ -212,6 +238,9 @@ static void test_objects(void) {
     CHECK(vcattn_layer_create(&layer, 0) == VCATTN_ERR_INVALID_ARGUMENT && !layer, "layer with 0 steps");
     CHECK(vcattn_layer_create(&layer, 40) == VCATTN_OK, "layer");
     CHECK(vcattn_layer_set_step(layer, -1) == VCATTN_ERR_INVALID_ARGUMENT, "negative step");
+    CHECK(vcattn_layer_set_step(layer, 1000) == VCATTN_ERR_INVALID_ARGUMENT, "step 1000 of 40");
+    CHECK(vcattn_layer_set_step(layer, 40) == VCATTN_ERR_INVALID_ARGUMENT, "step 40 of 40");
+    CHECK(vcattn_layer_set_step(layer, 39) == VCATTN_OK && vcattn_layer_step(layer) == 39, "step 39 of 40");
     CHECK(vcattn_layer_set_step(NULL, 1) == VCATTN_ERR_NULL_POINTER, "NULL layer");
     vcattn_layer_destroy(layer);
     vcattn_layer_destroy(NULL);

@@ -370,8 +370,8 @@ static int parse_options(int argc, char **argv, options *o) {
             o->dtype_set = 1;
             break;
         case OPT_THREADS:
-            if (!parse_long(val, 0, 4096, &n))
-                return usage_error(cmd, "--threads: '%s' is not an integer in [0, 4096]", val);
+            if (!parse_long(val, 0, VCATTN_MAX_THREADS, &n))
+                return usage_error(cmd, "--threads: '%s' is not an integer in [0, %d]", val, VCATTN_MAX_THREADS);
             o->threads = (int)n;
             break;
         case OPT_OUT: o->out_path = val; break;
@@ -385,13 +385,14 @@ static int parse_options(int argc, char **argv, options *o) {
         case OPT_QK: rc = parse_choice(cmd, a, val, QK_NAMES, &o->qk); break;
         case OPT_P: rc = parse_choice(cmd, a, val, P_NAMES, &o->p); break;
         case OPT_CLUSTERS:
-            if (!parse_long(val, 1, 4096, &n))
-                return usage_error(cmd, "--clusters: '%s' is not an integer in [1, 4096]", val);
+            if (!parse_long(val, 1, VCATTN_MAX_KMEANS_CLUSTERS, &n))
+                return usage_error(cmd, "--clusters: '%s' is not an integer in [1, %d]", val,
+                                   VCATTN_MAX_KMEANS_CLUSTERS);
             o->clusters = (int)n;
             break;
         case OPT_ITERS:
-            if (!parse_long(val, 1, 100000, &n))
-                return usage_error(cmd, "--iters: '%s' is not an integer in [1, 100000]", val);
+            if (!parse_long(val, 1, VCATTN_MAX_KMEANS_ITERS, &n))
+                return usage_error(cmd, "--iters: '%s' is not an integer in [1, %d]", val, VCATTN_MAX_KMEANS_ITERS);
             o->iters = (int)n;
             break;
         case OPT_SIZE:
@@ -410,8 +411,9 @@ static int parse_options(int argc, char **argv, options *o) {
                 return usage_error(cmd, "--beta: '%s' is not a number in (-1, 1)", val);
             break;
         case OPT_SM_SCALE:
-            if (!parse_float(val, 0.0, 1e30, 0, &o->sm_scale))
-                return usage_error(cmd, "--sm-scale: '%s' is not a finite number >= 0", val);
+            if (!parse_float(val, 0.0, VCATTN_MAX_SM_SCALE, 0, &o->sm_scale))
+                return usage_error(cmd, "--sm-scale: '%s' is not a number in [0, %g]", val,
+                                   (double)VCATTN_MAX_SM_SCALE);
             break;
         case OPT_DRAWS:
             if (run) return usage_error(cmd, "--draws belongs to eval");

@@ -180,22 +180,34 @@ static vcattn_status check_config(vcattn_context *ctx, const vcattn_config *c, i
     if ((unsigned)c->qk_format > VCATTN_QK_NVFP4 || (unsigned)c->p_format > VCATTN_P_NVFP4 ||
         (unsigned)c->v_format > VCATTN_V_NVFP4)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: unknown format value");
-    if (!(c->sm_scale >= 0.0f) || !vcattn_isfinite_f32(c->sm_scale))
+    const struct { int value; const char *name; } flags[] = {
+        {c->k_smoothing, "k_smoothing"}, {c->hadamard, "hadamard"}, {c->vsmooth, "vsmooth"},
+        {c->demean_outside_window, "demean_outside_window"}, {c->check_finite, "check_finite"},
+        {c->q_smoothing, "q_smoothing"}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (flags[i].value != 0 && flags[i].value != 1)
+            return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: %s must be 0 or 1, got %d",
+                               flags[i].name, flags[i].value);
+    if (!(c->sm_scale >= 0.0f && c->sm_scale <= VCATTN_MAX_SM_SCALE))
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
-                           "config: sm_scale must be finite and >= 0 (0 = 1/sqrt(D))");
+                           "config: sm_scale must be in [0, %g] (0 = 1/sqrt(D))", (double)VCATTN_MAX_SM_SCALE);
     if (!(c->expcast_beta > -1.0f && c->expcast_beta < 1.0f))
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: expcast_beta must be in (-1, 1)");
-    if (c->kmeans_clusters < 0 || c->kmeans_clusters > 4096 || c->kmeans_iters < 1 ||
-        c->kmeans_warm_iters < 1)
+    if (c->kmeans_clusters < 0 || c->kmeans_clusters > VCATTN_MAX_KMEANS_CLUSTERS)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
-                           "config: kmeans_clusters must be in [0, 4096] (0 = auto) and the iteration counts >= 1");
+                           "config: kmeans_clusters must be in [0, %d] (0 = auto)", VCATTN_MAX_KMEANS_CLUSTERS);
+    if (c->kmeans_iters < 1 || c->kmeans_iters > VCATTN_MAX_KMEANS_ITERS || c->kmeans_warm_iters < 1 ||
+        c->kmeans_warm_iters > VCATTN_MAX_KMEANS_ITERS)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "config: kmeans_iters and kmeans_warm_iters must be in [1, %d]", VCATTN_MAX_KMEANS_ITERS);
     if (!(c->sink_guard >= 0.0f && c->sink_guard <= 1.0f))
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: sink_guard must be in [0, 1]");
     if (!(c->group_window >= 0.0f && c->group_window <= 1.0f) || c->group_refresh < 1)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "config: group_window must be in [0, 1] and group_refresh >= 1");
-    if (c->num_threads < 0)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: num_threads must be >= 0");
+    if (c->num_threads < 0 || c->num_threads > VCATTN_MAX_THREADS)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: num_threads must be in [0, %d] (0 = all cores)",
+                           VCATTN_MAX_THREADS);
     if (c->hadamard && !vcattn_is_pow2(d))
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
                            "config: the Hadamard rotation needs a power-of-two head dim, got %lld",
