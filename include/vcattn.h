@@ -290,6 +290,12 @@ vcattn_grouping vcattn_layer_plan(const vcattn_layer *layer, const vcattn_config
  * sum_j exp(s_ij) of the scores as the caller defined them (before K
  * smoothing), as ring attention needs. rope may be NULL. layer may be NULL:
  * then V-Smooth (if on) groups from a cold start on every call.
+ * Memory: q, k, v and the RoPE tables may share memory with each other; out
+ * and lse may not share a byte with any of them nor with each other (the
+ * span from a view's first to its last element counts, so views interleaved
+ * in one buffer are refused too), and no two elements of out may be the same
+ * memory (a stride_head of 0, heads or rows that overlap). Such calls return
+ * VCATTN_ERR_INVALID_ARGUMENT, as the in-place call out = q does.
  */
 vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_config *cfg,
                                const vcattn_tensor *q, const vcattn_tensor *k,

@@ -85,6 +85,20 @@ static void test_bad_inputs(vcattn_context *ctx) {
     c = good_call(); c.q.dtype = (vcattn_dtype)7; expect(ctx, &c, VCATTN_ERR_UNSUPPORTED_DTYPE, "bad dtype");
     c = good_call(); c.k.stride_token = -D; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative stride");
     c = good_call(); c.out.stride_token = 1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "overlapping out rows");
+    /* Output views that overlap themselves: heads or batches on top of each other. */
+    c = good_call(); c.out.stride_head = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "out stride_head 0");
+    c = good_call(); c.out.stride_head = N * D - 1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "out heads overlap");
+    c = good_call(); c.out.heads = c.q.heads = c.k.heads = c.v.heads = 1;
+    c.out.tokens = c.q.tokens = 2; c.out.stride_token = D; c.out.stride_head = D;  /* one head: its stride is unused */
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK,
+          "a size-1 axis may have any stride: %s", vcattn_last_error(ctx));
+    c = good_call(); c.out = vcattn_tensor_bnhd(out, VCATTN_DTYPE_F32, B, H, N, D);
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK,
+          "NHD out: %s", vcattn_last_error(ctx));
+    c = good_call(); c.out.stride_token = 2 * D; c.out.heads = 1; c.q.heads = 1; c.k.heads = c.v.heads = 1;
+    c.out.stride_head = 2 * N * D;  /* every other row: no overlap */
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK,
+          "padded out rows: %s", vcattn_last_error(ctx));
     c = good_call(); c.cfg.kmeans_clusters = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative clusters");
     c = good_call(); c.cfg.group_window = 1.5f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "window > 1");
     c = good_call(); c.cfg.sink_guard = -0.1f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "sink_guard < 0");
@@ -181,6 +195,51 @@ static void test_bad_inputs(vcattn_context *ctx) {
     CHECK(finite, "N = 1 output finite");
 }
 
+/* out and lse may not share memory with any input, with each other, or
+ * with the RoPE tables: the call would read what it has written. */
+static void test_aliasing(vcattn_context *ctx) {
+    static float inputs[3][B * H * N * D], lse[B * H * N], snap[3][B * H * N * D], lse_snap[B * H * N];
+    memcpy(inputs[0], q, sizeof q); memcpy(inputs[1], k, sizeof k); memcpy(inputs[2], v, sizeof v);
+    for (int i = 0; i < B * H * N; i++) lse[i] = -1.0f;
+    static const char *const names[3] = {"q", "k", "v"};
+    for (int target = 0; target < 3; target++)
+        for (int shift = 0; shift < 2; shift++) {
+            call_t c = good_call();
+            c.q.data = inputs[0]; c.k.data = inputs[1]; c.v.data = inputs[2];
+            c.out.data = inputs[target] + shift * (D + 3);  /* the same memory, or a part of it */
+            c.out.tokens = c.q.tokens = N - 2;
+            memcpy(snap, inputs, sizeof snap);
+            vcattn_status s = vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL);
+            CHECK(s == VCATTN_ERR_INVALID_ARGUMENT && strstr(vcattn_last_error(ctx), names[target]),
+                  "out over %s (shift %d): '%s' (%s)", names[target], shift, vcattn_status_string(s),
+                  vcattn_last_error(ctx));
+            CHECK(memcmp(snap, inputs, sizeof snap) == 0, "out over %s: nothing written", names[target]);
+        }
+    call_t c = good_call();
+    c.rope_ptr = &c.rope;
+    c.out.data = cos_tab;  /* the table is smaller than out: any overlap counts */
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, c.rope_ptr, NULL) ==
+              VCATTN_ERR_INVALID_ARGUMENT, "out over a RoPE table: %s", vcattn_last_error(ctx));
+    c = good_call();
+    poison();
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, out + 7, NULL, NULL) == VCATTN_ERR_INVALID_ARGUMENT,
+          "lse inside out: %s", vcattn_last_error(ctx));
+    CHECK(untouched(), "lse inside out: nothing written");
+    c = good_call();
+    memcpy(snap, q, sizeof q);
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, q + 100, NULL, NULL) == VCATTN_ERR_INVALID_ARGUMENT,
+          "lse inside q: %s", vcattn_last_error(ctx));
+    CHECK(memcmp(snap, q, sizeof q) == 0, "lse inside q: nothing written");
+    c = good_call();
+    memcpy(lse_snap, lse, sizeof lse);
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, lse, NULL, NULL) == VCATTN_OK,
+          "separate lse: %s", vcattn_last_error(ctx));
+    /* Inputs may share memory with each other (self-attention on one buffer). */
+    c = good_call(); c.k.data = q; c.v.data = q;
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK,
+          "q, k and v on one buffer: %s", vcattn_last_error(ctx));
+}
+
 static void test_objects(void) {
     CHECK(vcattn_version_number() == VCATTN_VERSION_NUMBER, "runtime version matches header");
     CHECK(strlen(vcattn_version_string()) >= 5, "version string");
@@ -255,6 +314,7 @@ int main(void) {
     vcattn_context *ctx;
     if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return 1;
     test_bad_inputs(ctx);
+    test_aliasing(ctx);
     vcattn_destroy(ctx);
     test_objects();
     return tl_finish("test_api");

@@ -610,7 +610,7 @@ static vcattn_status validate_inputs(const inputs *in, char *err) {
         return st;
     }
     const vcattn_config cfg = vcattn_config_default();
-    st = vcattn_validate_call(ctx, &cfg, &in->q, &in->k, &in->v, NULL, inputs_rope(in), 0);
+    st = vcattn_validate_call(ctx, &cfg, &in->q, &in->k, &in->v, NULL, NULL, inputs_rope(in), 0);
     if (st) snprintf(err, ERRLEN, "%s", vcattn_last_error(ctx));
     vcattn_destroy(ctx);
     return st;

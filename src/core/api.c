@@ -157,6 +157,104 @@ static vcattn_status check_tensor(vcattn_context *ctx, const vcattn_tensor *t, c
     return VCATTN_OK;
 }
 
+static size_t dtype_size(vcattn_dtype dt) { return dt == VCATTN_DTYPE_F32 ? 4 : 2; }
+
+/* Elements from a view's first to one past its last (strides and sizes
+ * already checked positive); 0 if that does not fit in int64. */
+static int64_t view_extent(const vcattn_tensor *t) {
+    const int64_t size[3] = {t->batch, t->heads, t->tokens};
+    const int64_t stride[3] = {t->stride_batch, t->stride_head, t->stride_token};
+    int64_t extent = t->head_dim;
+    for (int i = 0; i < 3; i++) {
+        if (size[i] == 1) continue;
+        if (stride[i] > (INT64_MAX - extent) / (size[i] - 1)) return 0;
+        extent += stride[i] * (size[i] - 1);
+    }
+    return extent;
+}
+
+/* Whether distinct (b, h, n, d) of out land on distinct elements: taken
+ * from the smallest stride up, each axis must step past everything the
+ * smaller ones span (a sufficient rule: NHD, HND and padded views pass). */
+static int view_self_disjoint(const vcattn_tensor *t) {
+    int64_t size[3] = {t->batch, t->heads, t->tokens};
+    int64_t stride[3] = {t->stride_batch, t->stride_head, t->stride_token};
+    for (int i = 1; i < 3; i++)  /* three entries: insertion sort by stride */
+        for (int j = i; j > 0 && stride[j] < stride[j - 1]; j--) {
+            int64_t x = stride[j]; stride[j] = stride[j - 1]; stride[j - 1] = x;
+            x = size[j]; size[j] = size[j - 1]; size[j - 1] = x;
+        }
+    int64_t spanned = t->head_dim;  /* elements the smaller axes span */
+    for (int i = 0; i < 3; i++) {
+        if (size[i] == 1) continue;
+        if (stride[i] < spanned) return 0;
+        spanned += stride[i] * (size[i] - 1);  /* no overflow: view_extent checked the same sum */
+    }
+    return 1;
+}
+
+typedef struct {
+    const char *name;
+    uintptr_t lo, hi;  /* bytes [lo, hi) */
+} span;
+
+static span view_span(const char *name, const vcattn_tensor *t) {
+    span s = {name, (uintptr_t)t->data, (uintptr_t)t->data + (uintptr_t)view_extent(t) * dtype_size(t->dtype)};
+    return s;
+}
+
+static span array_span(const char *name, const void *p, int64_t count, size_t esize) {
+    span s = {name, (uintptr_t)p, (uintptr_t)p + (uintptr_t)count * esize};
+    return s;
+}
+
+static int spans_meet(span a, span b) { return a.lo < b.hi && b.lo < a.hi; }
+
+/* out and lse are written after the inputs are read: neither may share a
+ * byte with an input, with the other, or with itself. Spans are compared
+ * whole (first to last byte), so interleaved views of one buffer count as
+ * overlapping too. */
+static vcattn_status check_aliasing(vcattn_context *ctx, const vcattn_tensor *q, const vcattn_tensor *k,
+                                    const vcattn_tensor *v, const vcattn_tensor *out, const float *lse,
+                                    const vcattn_rope *rope) {
+    const vcattn_tensor *views[4] = {q, k, v, out};
+    const char *names[4] = {"q", "k", "v", "out"};
+    for (int i = 0; i < 4; i++)
+        if (!view_extent(views[i]))
+            return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "%s: strides times sizes overflow int64", names[i]);
+    if (!view_self_disjoint(out))
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "out: the view overlaps itself (strides batch %lld, head %lld, token %lld for "
+                           "B=%lld H=%lld N=%lld D=%lld)", (long long)out->stride_batch, (long long)out->stride_head,
+                           (long long)out->stride_token, (long long)out->batch, (long long)out->heads,
+                           (long long)out->tokens, (long long)out->head_dim);
+    span in[7];
+    int n = 0;
+    in[n++] = view_span("q", q);
+    in[n++] = view_span("k", k);
+    in[n++] = view_span("v", v);
+    if (rope) {
+        const int64_t half = q->head_dim / 2;
+        in[n++] = array_span("the rope q_cos table", rope->q_cos, q->tokens * half, sizeof(float));
+        in[n++] = array_span("the rope q_sin table", rope->q_sin, q->tokens * half, sizeof(float));
+        in[n++] = array_span("the rope k_cos table", rope->k_cos, k->tokens * half, sizeof(float));
+        in[n++] = array_span("the rope k_sin table", rope->k_sin, k->tokens * half, sizeof(float));
+    }
+    const span o = view_span("out", out);
+    const span l = array_span("lse", lse, out->batch * out->heads * out->tokens, sizeof(float));
+    for (int i = 0; i < n; i++) {
+        if (spans_meet(o, in[i]))
+            return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                               "out shares memory with %s: the output may not alias an input", in[i].name);
+        if (lse && spans_meet(l, in[i]))
+            return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                               "lse shares memory with %s: the output may not alias an input", in[i].name);
+    }
+    if (lse && spans_meet(l, o))
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "lse shares memory with out");
+    return VCATTN_OK;
+}
+
 static int scan_finite(const vcattn_tensor *t) {
     int ok = 1;
     #pragma omp parallel for collapse(2) reduction(&& : ok) schedule(static)
@@ -221,9 +319,10 @@ static vcattn_status check_config(vcattn_context *ctx, const vcattn_config *c, i
 vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg,
                                    const vcattn_tensor *q, const vcattn_tensor *k,
                                    const vcattn_tensor *v, const vcattn_tensor *out,
-                                   const vcattn_rope *rope, int scan_host) {
+                                   const float *lse, const vcattn_rope *rope, int scan_host) {
     if (!cfg || !q || !k || !v)
         return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "cfg, q, k, v and out must not be NULL");
+    const int has_out = out != NULL;
     if (!out) out = q;  /* inputs alone: q's shape stands for out's */
     vcattn_status s;
     if ((s = check_tensor(ctx, q, "q")) || (s = check_tensor(ctx, k, "k")) ||
@@ -251,11 +350,10 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
         return vcattn_fail(ctx, VCATTN_ERR_SHAPE_MISMATCH,
                            "query heads (%lld) must be a multiple of key/value heads (%lld)",
                            (long long)q->heads, (long long)k->heads);
-    if (out->tokens > 1 && out->stride_token < d)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "out rows overlap (stride_token < head_dim)");
     if ((s = check_config(ctx, cfg, d))) return s;
     if (rope && (!rope->q_cos || !rope->q_sin || !rope->k_cos || !rope->k_sin))
         return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "rope: all four tables are required");
+    if (has_out && (s = check_aliasing(ctx, q, k, v, out, lse, rope))) return s;
     if (rope && rope->style != VCATTN_ROPE_INTERLEAVED && rope->style != VCATTN_ROPE_HALF_SPLIT)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "rope: unknown style %d", (int)rope->style);
     if (cfg->check_finite && scan_host) {
@@ -280,7 +378,7 @@ vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_config *cfg,
     if (!ctx) return VCATTN_ERR_NULL_POINTER;
     ctx->last_error[0] = '\0';
     if (!out) return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "cfg, q, k, v and out must not be NULL");
-    vcattn_status s = vcattn_validate_call(ctx, cfg, q, k, v, out, rope,
+    vcattn_status s = vcattn_validate_call(ctx, cfg, q, k, v, out, lse, rope,
                                           ctx->backend != VCATTN_BACKEND_CUDA);
     if (s) return s;
     switch (ctx->backend) {

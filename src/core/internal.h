@@ -51,7 +51,7 @@ void vcattn_tensor_store_row(const vcattn_tensor *t, int64_t b, int64_t h, int64
 vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg,
                                    const vcattn_tensor *q, const vcattn_tensor *k,
                                    const vcattn_tensor *v, const vcattn_tensor *out,
-                                   const vcattn_rope *rope, int scan_host);
+                                   const float *lse, const vcattn_rope *rope, int scan_host);
 
 /* The quantized operands of one call in a backend-independent form, for
  * tests that compare backends stage by stage. Caller-allocated: q_codes
