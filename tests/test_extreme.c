@@ -18,7 +18,7 @@ typedef struct {
     const char *name;
     int64_t nk;
     float v_scale;
-    int check_error;  /* 0: scores so large that INT8 QK decides the argmax; finite only */
+    int check_error;  /* 0: finite only (INT8 QK decides the argmax, or two-valued V) */
     void (*shape)(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d);
 } extreme_case;
 
@@ -61,6 +61,25 @@ static void identical_tokens(float *q, float *k, float *v, int64_t nq, int64_t n
 
 static void nothing(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {}
 
+/* The boundary of the documented V range: the largest finite float with
+ * mixed signs. Demeaning such a block once overflowed the residual to Inf
+ * (then Inf * 0 = NaN on every V-Smooth method). */
+static void v_float_max_mixed(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
+    for (int64_t i = 0; i < H * nk * d; i++) v[i] = v[i] < 0.0f ? -3.4028235e38f : 3.4028235e38f;
+}
+
+static void v_3e38_mixed(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
+    for (int64_t i = 0; i < H * nk * d; i++) v[i] = v[i] < 0.0f ? -3.0e38f : 3.0e38f;
+}
+
+/* One +2e38 token in a block of -2e38 ones: the residual of that token is
+ * 4e38. */
+static void v_outlier_at_float_max(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
+    for (int h = 0; h < H; h++)
+        for (int64_t n = 0; n < nk; n++)
+            for (int64_t c = 0; c < d; c++) v[(h * nk + n) * d + c] = n == 5 ? 2.0e38f : -2.0e38f;
+}
+
 static const extreme_case cases[] = {
     {"all-equal scores", 300, 1.0f, 1, equal_scores},
     {"one key takes the row", 300, 1.0f, 1, one_key_wins},
@@ -72,6 +91,11 @@ static const extreme_case cases[] = {
     {"huge scores", 300, 1.0f, 0, huge_scores},
     {"identical value tokens (empty clusters)", 300, 1.0f, 1, identical_tokens},
     {"fewer keys than clusters", 3, 1.0f, 1, nothing},
+    /* finite only: two values, each exact in E4M3, are V-Smooth's weak case
+     * at any scale (docs/robustness.md): vc's error is 0.11 at +-1 as here */
+    {"V of +-3e38, mixed signs", 300, 1.0f, 0, v_3e38_mixed},
+    {"V of +-FLT_MAX, mixed signs", 300, 1.0f, 0, v_float_max_mixed},
+    {"one +2e38 token among -2e38 ones", 300, 1.0f, 1, v_outlier_at_float_max},
 };
 
 static void run_case(vcattn_context *ctx, const char *backend, const extreme_case *ec, const char *method,

@@ -291,7 +291,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         rg ? kvh * chunks * k * 4 : 0, rg ? kvh * k * 4 : 0,                     // counts, init rows
         qh * QT * VC_Q_ROWS * D, qh * QT * VC_Q_ROWS * 4, qh * Nq * 4,            // q codes, scales, lse shift
         kvh * T * VC_KV_ROWS * D, kvh * T * 16,                                   // k codes, scales
-        kvh * T * vc_v_record_bytes((uint32_t)D), 2 * kvh * T * D * 4, 2 * kvh * D * 4,
+        kvh * T * vc_v_record_bytes((uint32_t)D), 3 * kvh * T * D * 4, 3 * kvh * D * 4,
         qs ? qh * D * 4 : 0, qs ? q_partials * 8 : 0, qs ? qh * T * VC_KV_ROWS * 4 : 0};  // Q smoothing
     size_t total = 0;
     for (size_t sz : sizes) total += (sz + 255) & ~size_t(255);
@@ -321,9 +321,11 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     op->k_mul = cs.take<float>(kvh * T * 4);
     op->v_records = cs.take<uint8_t>(kvh * T * vc_v_record_bytes((uint32_t)D));
     op->tile_mean = cs.take<float>(kvh * T * D);
-    float *tile_amax = cs.take<float>(kvh * T * D);
+    float *tile_hi = cs.take<float>(kvh * T * D);
+    float *tile_lo = cs.take<float>(kvh * T * D);
     float *chan_inv = cs.take<float>(kvh * D);
     op->chan_mul = cs.take<float>(kvh * D);
+    float *chan_pre = cs.take<float>(kvh * D);
     float *qmean = qs ? cs.take<float>(qh * D) : nullptr;
     double *qpartials = qs ? cs.take<double>(q_partials) : nullptr;
     op->key_bias = qs ? cs.take<float>(qh * T * VC_KV_ROWS) : nullptr;
@@ -368,8 +370,8 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
                           op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, max_norm,
                           qmean, cs.stream)) ||
         (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * 1.4426950408889634f, ck, cs.stream))) ||
-        (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->tile_mean, tile_amax, chan_inv, op->chan_mul,
-                          op->v_records, cs.stream)))
+        (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->tile_mean, tile_hi, tile_lo, chan_inv,
+                          op->chan_mul, chan_pre, op->v_records, cs.stream)))
         return cs.cuda_fail(err, "quantization");
     return VCATTN_OK;
 }

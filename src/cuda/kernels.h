@@ -62,8 +62,8 @@ cudaError_t check_score_bound(const float *max_norm, float score_mul, const quan
 // the sink guard keeps, as the CPU decides), per-channel E4M3 residual
 // written transposed with the block means. Workspace: T*D floats x 2.
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean, float sink_guard,
-                       float *tile_mean, float *tile_amax, float *chan_inv, float *chan_mul,
-                       uint8_t *records, cudaStream_t stream);
+                       float *tile_mean, float *tile_hi, float *tile_lo, float *chan_inv, float *chan_mul,
+                       float *chan_pre, uint8_t *records, cudaStream_t stream);
 
 // k-means over the value tokens of each (batch, head), then the stable
 // counting sort of the labels. centroids [B*H][k][D] hold the start on entry.
