@@ -131,6 +131,41 @@ static void run_case(vcattn_context *ctx, const char *backend, const extreme_cas
     free(q); free(k); free(v); free(out); free(ref);
 }
 
+/* q near 1e37 against keys near 1e-36: scores of a few units, but the Hadamard's
+ * sums of D entries pass the float maximum. Such a call once returned OK
+ * with an output unrelated to the reference (relative L2 0.99); now it is
+ * refused with the check on, and without the Hadamard it runs as usual. */
+static void hadamard_overflow(vcattn_context *ctx, const char *backend) {
+    enum { N = 64 };
+    static float q[H * N * D], k[H * N * D], v[H * N * D], out[H * N * D];
+    static double ref[H * N * D];
+    for (int i = 0; i < H * N * D; i++) {
+        q[i] = 1.0e37f * (1.0f + 0.1f * nrand());
+        k[i] = 1.0e-36f * nrand();
+        v[i] = nrand();
+        out[i] = -7.0f;
+    }
+    vcattn_tensor tq = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, H, N, D);
+    vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, 1, H, N, D);
+    vcattn_tensor tv = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, 1, H, N, D);
+    vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, H, N, D);
+    vcattn_reference_attention(&tq, &tk, &tv, NULL, 0.0f, ref, NULL);
+    vcattn_config cfg;
+    vcattn_config_from_method("sage2+hadamard", &cfg);
+    vcattn_status st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, NULL, NULL);
+    int untouched = 1;
+    for (int i = 0; i < H * N * D; i++) untouched &= out[i] == -7.0f;
+    CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && strstr(vcattn_last_error(ctx), "Hadamard") && untouched,
+          "%s, q ~1e37 with the Hadamard: status %d (%s), output untouched %d", backend, st, vcattn_last_error(ctx),
+          untouched);
+    vcattn_config_from_method("sage2", &cfg);
+    st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, NULL, NULL);
+    vcattn_metrics m;
+    metrics_compute(out, ref, H * N, D, &m);
+    CHECK(st == VCATTN_OK && m.rel_l2 < 0.05, "%s, q ~1e37 without the Hadamard: status %d, relative L2 %.4f", backend,
+          st, m.rel_l2);
+}
+
 int main(void) {
     static const char *const methods[] = {"sage2", "vsmooth", "vc", "sage2+hadamard"};
     const vcattn_backend backends[] = {VCATTN_BACKEND_CPU, VCATTN_BACKEND_CUDA};
@@ -142,6 +177,7 @@ int main(void) {
         }
         vcattn_context *ctx;
         if (vcattn_create(&ctx, backends[bi]) != VCATTN_OK) return 1;
+        hadamard_overflow(ctx, bi ? "cuda" : "cpu");
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++)
                 run_case(ctx, bi ? "cuda" : "cpu", &cases[c], methods[m], 0.05);

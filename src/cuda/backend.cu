@@ -369,7 +369,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         (err = quantize_q(in.q, in.qrope, cq, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
                           op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, max_norm,
                           qmean, cs.stream)) ||
-        (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * 1.4426950408889634f, ck, cs.stream))) ||
+        (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * 1.4426950408889634f, cfg->hadamard, ck, cs.stream))) ||
         (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->tile_mean, tile_hi, tile_lo, chan_inv,
                           op->chan_mul, chan_pre, op->v_records, cs.stream)))
         return cs.cuda_fail(err, "quantization");
@@ -388,6 +388,10 @@ vcattn_status check_flag(call_state &cs, const vcattn_config *cfg, const operand
         return cs.cuda_fail(err, "non-finite check");
     if (found & 1)
         return vcattn_fail(cs.ctx, VCATTN_ERR_NONFINITE_INPUT, "q, k, v or the rope tables contain NaN or Inf");
+    if (found & 4)
+        return vcattn_fail(cs.ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "the Hadamard rotation would overflow float32: a row's norm after RoPE and smoothing, "
+                           "times 2 sqrt(D), passes the float maximum");
     if (found & 2)
         return vcattn_fail(cs.ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "scores could pass %g (log2 units, from |q| and |k| after RoPE and smoothing): "

@@ -54,8 +54,9 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
                        float *lse_shift, float *max_norm, const float *qmean, cudaStream_t stream);
 
 // The check's bound on the scores from max_norm[0] (q) and [1] (k): flag bit 2
-// when they could pass VCATTN_MAX_SCORE_LOG2 (score_mul = sm_scale log2 e).
-cudaError_t check_score_bound(const float *max_norm, float score_mul, const quant_common &c,
+// when they could pass VCATTN_MAX_SCORE_LOG2 (score_mul = sm_scale log2 e),
+// bit 4 when, with the Hadamard on, a row's rotation could overflow float32.
+cudaError_t check_score_bound(const float *max_norm, float score_mul, int hadamard, const quant_common &c,
                               cudaStream_t stream);
 
 // V: gather by perm (may be NULL), block means (when demean; 0 for a block

@@ -9,6 +9,8 @@
 #include "sm90/ptx.cuh"
 #include "../formats/formats.h"
 
+#include <float.h>
+
 namespace {
 
 constexpr int kRowThreads = 256;  // >= 128: one thread per row of a tile where needed
@@ -517,8 +519,12 @@ __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
 }
 
 // The check's score bound: |q| |k| sm_scale log2(e) beyond what float32
-// softmax resolves sets flag bit 2 (the attention kernel then writes nothing).
-__global__ void score_bound_kernel(const float *max_norm, float score_mul, quant_common c) {
+// softmax resolves sets flag bit 2, a row norm whose Hadamard could overflow
+// (2 sqrt(D) |x| past the float maximum, as the CPU) bit 4; the attention
+// kernel then writes nothing.
+__global__ void score_bound_kernel(const float *max_norm, float score_mul, int hadamard, quant_common c) {
+    if (hadamard && fmax((double)max_norm[0], (double)max_norm[1]) * 2.0 * sqrt((double)c.head_dim) > FLT_MAX)
+        atomicOr(c.error_flag, 4);
     if ((double)max_norm[0] * (double)max_norm[1] * (double)score_mul > VCATTN_MAX_SCORE_LOG2)
         atomicOr(c.error_flag, 2);
 }
@@ -560,9 +566,9 @@ static cudaError_t launch_rows(bool is_key, const row_args &a, int tiles, cudaSt
     return cudaGetLastError();
 }
 
-cudaError_t check_score_bound(const float *max_norm, float score_mul, const quant_common &c,
+cudaError_t check_score_bound(const float *max_norm, float score_mul, int hadamard, const quant_common &c,
                               cudaStream_t stream) {
-    score_bound_kernel<<<1, 1, 0, stream>>>(max_norm, score_mul, c);
+    score_bound_kernel<<<1, 1, 0, stream>>>(max_norm, score_mul, hadamard, c);
     return cudaGetLastError();
 }
 
