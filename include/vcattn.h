@@ -74,7 +74,9 @@ typedef enum {
 const char *vcattn_dtype_name(vcattn_dtype dtype);
 
 /*
- * A 4-D view [batch, heads, tokens, head_dim] over caller memory. Strides are
+ * A 4-D view [batch, heads, tokens, head_dim] over caller memory. data must be
+ * aligned to the element size (4 bytes for float32, 2 for the 16-bit types);
+ * so must lse and the RoPE tables (4). Strides are
  * in elements; the head_dim axis must be contiguous (stride 1). Both the
  * [B,H,N,D] ("HND") and [B,N,H,D] ("NHD") layouts, and non-contiguous views of
  * either, are expressed by the three strides.
@@ -288,7 +290,12 @@ vcattn_grouping vcattn_layer_plan(const vcattn_layer *layer, const vcattn_config
  * Hq must be a multiple of Hkv (grouped-query attention); Nq and Nk may
  * differ. lse, if not NULL, receives float32 [B][Hq][Nq]: the natural log of
  * sum_j exp(s_ij) of the scores as the caller defined them (before K
- * smoothing), as ring attention needs. rope may be NULL. layer may be NULL:
+ * smoothing), as ring attention needs. With ExpCast P (method vc) the row
+ * sum adds decoded ExpCast bytes, each within [0.9290, 1.0746] times the
+ * exact exponential, so that LSE is off by up to ln(1/0.9290) = 0.074 nats
+ * (more only by the mass of probabilities below the smallest code); a ring
+ * merge that weights partial outputs by exp(lse) carries that weight error.
+ * rope may be NULL. layer may be NULL:
  * then V-Smooth (if on) groups from a cold start on every call.
  * Memory: q, k, v and the RoPE tables may share memory with each other; out
  * and lse may not share a byte with any of them nor with each other (the

@@ -128,7 +128,8 @@ check "eval: files and --draws" 2 "--draws applies to built-in workloads" -- eva
 
 # Mismatched .npy shapes: refused before any computation (the FP64
 # reference once ran first and read past v). npy_f32 FILE SHAPE COUNT
-# writes a float32 .npy of COUNT zeros (or of VALUE bits when given).
+# [BYTES] writes a float32 .npy of COUNT zeros, or COUNT copies of the
+# printf escapes BYTES.
 npy_f32() {
     h="{'descr': '<f4', 'fortran_order': False, 'shape': ($2), }"
     while [ $(( (10 + ${#h} + 1) % 64 )) -ne 0 ]; do h="$h "; done
@@ -137,7 +138,12 @@ npy_f32() {
         printf '\223NUMPY\001\000'
         printf "\\$(printf %o $((len % 256)))\\$(printf %o $((len / 256)))"
         printf '%s\n' "$h"
-        head -c $(( $3 * 4 )) /dev/zero
+        if [ -z "$4" ]; then
+            head -c $(( $3 * 4 )) /dev/zero
+        else
+            i=0
+            while [ $i -lt "$3" ]; do printf "$4"; i=$((i + 1)); done
+        fi
     } >"$1"
 }
 npy_f32 "$tmp/q.npy" "1, 2, 4000, 32" 256000
@@ -161,6 +167,15 @@ for bad in "v with one token:--v $tmp/v1.npy --k $tmp/k.npy --q $tmp/q.npy" \
     # shellcheck disable=SC2086
     check "study refuses ${bad%%:*}" 1 "shape mismatch" -- eval --study studies ${bad#*:}
 done
+
+# Finite values past float16's maximum with --dtype f16: named as such,
+# not as NaN or Inf (1e5 as little-endian float32 bytes).
+npy_f32 "$tmp/big.npy" "1, 1, 8, 8" 64 '\000\120\303\107'
+check "run --dtype f16 past 65504" 1 "100000 is outside the float16 range" -- \
+    run --q "$tmp/big.npy" --k "$tmp/big.npy" --v "$tmp/big.npy" --dtype f16 --backend cpu
+npy_f32 "$tmp/z.npy" "1, 1, 8, 8" 64
+check "run on V of 1e5 as float32" 0 "cosine" -- \
+    run --q "$tmp/z.npy" --k "$tmp/z.npy" --v "$tmp/big.npy" --backend cpu
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

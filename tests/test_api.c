@@ -69,6 +69,7 @@ static void test_bad_inputs(vcattn_context *ctx) {
     call_t c;
     c = good_call(); c.q.data = NULL; expect(ctx, &c, VCATTN_ERR_NULL_POINTER, "NULL q data");
     c = good_call(); c.out.data = NULL; expect(ctx, &c, VCATTN_ERR_NULL_POINTER, "NULL out data");
+
     c = good_call(); c.q.tokens = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "zero tokens");
     c = good_call(); c.k.batch = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "zero batch");
     c = good_call(); c.q.head_dim = c.k.head_dim = c.v.head_dim = c.out.head_dim = 60;
@@ -84,6 +85,31 @@ static void test_bad_inputs(vcattn_context *ctx) {
     c = good_call(); c.k.batch = 2; expect(ctx, &c, VCATTN_ERR_SHAPE_MISMATCH, "batch mismatch");
     c = good_call(); c.q.dtype = (vcattn_dtype)7; expect(ctx, &c, VCATTN_ERR_UNSUPPORTED_DTYPE, "bad dtype");
     c = good_call(); c.k.stride_token = -D; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative stride");
+    /* Data pointers must be aligned to their element size (a misaligned
+     * float load is undefined behaviour). */
+    static unsigned char shifted[sizeof q + 8];  /* the same values one or two bytes off */
+    memcpy(shifted + 1, q, sizeof q);
+    c = good_call(); c.q.data = shifted + 1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "misaligned q");
+    memcpy(shifted + 1, cos_tab, sizeof cos_tab);
+    c = good_call(); c.rope.q_cos = (const float *)(shifted + 1); c.rope_ptr = &c.rope;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "misaligned rope table");
+    memset(shifted, 0x5a, sizeof shifted);
+    c = good_call(); c.out.data = shifted + 2;
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_ERR_INVALID_ARGUMENT,
+          "misaligned out: %s", vcattn_last_error(ctx));
+    c = good_call();
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, (float *)(shifted + 2), NULL, NULL) ==
+              VCATTN_ERR_INVALID_ARGUMENT, "misaligned lse: %s", vcattn_last_error(ctx));
+    int kept = 1;
+    for (size_t i = 0; i < sizeof shifted; i++) kept &= shifted[i] == 0x5a;
+    CHECK(kept, "misaligned out and lse: nothing written");
+    /* A zero dim with others near INT64_MAX: the helper's strides must not
+     * overflow (signed overflow is undefined; run under UBSan), and the view
+     * is refused for its zero size. */
+    c = good_call(); c.q = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, 0, INT64_MAX / 2, 4);
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "bhnd view with a zero dim");
+    c = good_call(); c.q = vcattn_tensor_bnhd(q, VCATTN_DTYPE_F32, 0, INT64_MAX / 2, 3, 4);
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "bnhd view with a zero dim");
     c = good_call(); c.out.stride_token = 1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "overlapping out rows");
     /* Output views that overlap themselves: heads or batches on top of each other. */
     c = good_call(); c.out.stride_head = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "out stride_head 0");

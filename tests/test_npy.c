@@ -321,6 +321,20 @@ static void test_malformed(void) {
         expect_fail(path, 0, DT, other[i]);
     }
     expect_header_fail(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (6,)}", 24, DT);
+
+    /* A NUL (or any control byte) inside a string: numpy refuses it; read as
+     * a C string, '<f4\0' was taken for '<f4'. */
+    const char *ctl[] = {"<f4#", "#<f4", "<f#4"};
+    for (int z = 0; z < 2; z++)
+        for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++) {
+            char h[128];
+            snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': (3,), }", ctl[i]);
+            size_t len = craft(buf, 1, 0, h, 12);
+            *(unsigned char *)memchr(buf, '#', len) = z ? 0x01 : 0x00;
+            tmp_path(path, sizeof path);
+            write_bytes(path, buf, len);
+            expect_fail(path, 0, BAD, z ? "descr with a control byte" : "descr with a NUL");
+        }
 }
 
 /* Random corruptions of a valid file: any status is fine, but OK must come

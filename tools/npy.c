@@ -73,14 +73,15 @@ static int eat_word(cursor *c, const char *w) {
     return 1;
 }
 
-/* A quoted Python string without escapes (all numpy ever writes here). */
+/* A quoted Python string without escapes (all numpy ever writes here) and
+ * without control bytes: a NUL would end the C string early ('<f4\0'). */
 static int parse_str(cursor *c, char *buf, size_t cap) {
     skip_ws(c);
     if (c->p >= c->end || (*c->p != '\'' && *c->p != '"')) return 0;
     char quote = *c->p++;
     size_t n = 0;
     while (c->p < c->end && *c->p != quote) {
-        if (*c->p == '\\' || n + 1 >= cap) return 0;
+        if (*c->p == '\\' || (unsigned char)*c->p < 0x20 || n + 1 >= cap) return 0;
         buf[n++] = *c->p++;
     }
     if (c->p >= c->end) return 0;

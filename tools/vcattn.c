@@ -511,6 +511,21 @@ static void inputs_free(inputs *in) {
     }
 }
 
+/* The first finite value of src that became infinite in dst (float16 tops
+ * out at 65504), or 0 if none did. */
+static float first_overflow(const void *src, vcattn_dtype from, const void *dst, vcattn_dtype to, int64_t count) {
+    for (int64_t i = 0; i < count; i++) {
+        float x = from == VCATTN_DTYPE_F32   ? ((const float *)src)[i]
+                  : from == VCATTN_DTYPE_F16 ? vcattn_f16_to_f32(((const uint16_t *)src)[i])
+                                             : vcattn_bf16_to_f32(((const uint16_t *)src)[i]);
+        float y = to == VCATTN_DTYPE_F32   ? ((const float *)dst)[i]
+                  : to == VCATTN_DTYPE_F16 ? vcattn_f16_to_f32(((const uint16_t *)dst)[i])
+                                           : vcattn_bf16_to_f32(((const uint16_t *)dst)[i]);
+        if (isfinite(x) && !isfinite(y)) return x;
+    }
+    return 0.0f;
+}
+
 /* count elements of type `from` as a fresh `to` array (NULL if out of memory). */
 static void *convert(const void *src, vcattn_dtype from, int64_t count, vcattn_dtype to) {
     size_t esz = to == VCATTN_DTYPE_F32 ? 4 : 2;
@@ -547,6 +562,12 @@ static vcattn_status load_npy(const options *o, const char *path, npy_array *arr
             snprintf(err, ERRLEN, "%s: no memory to convert to %s", path,
                      vcattn_dtype_name(o->dtype));
             return VCATTN_ERR_OUT_OF_MEMORY;
+        }
+        float big = first_overflow(arr->data, dt, data, o->dtype, npy_numel(arr));
+        if (big != 0.0f) {
+            snprintf(err, ERRLEN, "%s: %g is outside the %s range (--dtype)", path, (double)big,
+                     vcattn_dtype_name(o->dtype));
+            return VCATTN_ERR_INVALID_ARGUMENT;
         }
         dt = o->dtype;
     }

@@ -77,17 +77,22 @@ vcattn_status vcattn_set_cuda_stream(vcattn_context *ctx, void *stream) {
 
 /* -------------------------------------------------------------- tensors */
 
+/* Stride products in unsigned arithmetic: shapes the validation refuses
+ * (a zero or negative dim beside huge ones) must not overflow a signed
+ * product on the way there. */
+static int64_t stride_of(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+
 vcattn_tensor vcattn_tensor_bhnd(void *data, vcattn_dtype dtype, int64_t batch,
                                  int64_t heads, int64_t tokens, int64_t head_dim) {
     vcattn_tensor t = {data, dtype, batch, heads, tokens, head_dim,
-                       heads * tokens * head_dim, tokens * head_dim, head_dim};
+                       stride_of(heads, stride_of(tokens, head_dim)), stride_of(tokens, head_dim), head_dim};
     return t;
 }
 
 vcattn_tensor vcattn_tensor_bnhd(void *data, vcattn_dtype dtype, int64_t batch,
                                  int64_t heads, int64_t tokens, int64_t head_dim) {
     vcattn_tensor t = {data, dtype, batch, heads, tokens, head_dim,
-                       heads * tokens * head_dim, head_dim, heads * head_dim};
+                       stride_of(heads, stride_of(tokens, head_dim)), head_dim, stride_of(heads, head_dim)};
     return t;
 }
 
@@ -142,11 +147,16 @@ void vcattn_tensor_store_row(const vcattn_tensor *t, int64_t b, int64_t h, int64
 
 /* ----------------------------------------------------------- validation */
 
+static size_t dtype_size(vcattn_dtype dt) { return dt == VCATTN_DTYPE_F32 ? 4 : 2; }
+
 static vcattn_status check_tensor(vcattn_context *ctx, const vcattn_tensor *t, const char *name) {
     if (!t->data) return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "%s: data pointer is NULL", name);
     if (t->dtype != VCATTN_DTYPE_F32 && t->dtype != VCATTN_DTYPE_F16 && t->dtype != VCATTN_DTYPE_BF16)
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_DTYPE,
                            "%s: dtype %d is not float32, float16 or bfloat16", name, (int)t->dtype);
+    if ((uintptr_t)t->data % dtype_size(t->dtype) != 0)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "%s: data pointer not aligned to its %zu-byte elements",
+                           name, dtype_size(t->dtype));
     if (t->batch <= 0 || t->heads <= 0 || t->tokens <= 0 || t->head_dim <= 0)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "%s: every size must be positive (B=%lld H=%lld N=%lld D=%lld)", name,
@@ -156,8 +166,6 @@ static vcattn_status check_tensor(vcattn_context *ctx, const vcattn_tensor *t, c
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "%s: strides must be non-negative", name);
     return VCATTN_OK;
 }
-
-static size_t dtype_size(vcattn_dtype dt) { return dt == VCATTN_DTYPE_F32 ? 4 : 2; }
 
 /* Elements from a view's first to one past its last (strides and sizes
  * already checked positive); 0 if that does not fit in int64. */
@@ -356,6 +364,11 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
     if (has_out && (s = check_aliasing(ctx, q, k, v, out, lse, rope))) return s;
     if (rope && rope->style != VCATTN_ROPE_INTERLEAVED && rope->style != VCATTN_ROPE_HALF_SPLIT)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "rope: unknown style %d", (int)rope->style);
+    if (rope && (((uintptr_t)rope->q_cos | (uintptr_t)rope->q_sin | (uintptr_t)rope->k_cos |
+                  (uintptr_t)rope->k_sin) % sizeof(float)) != 0)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "rope: tables not aligned to 4-byte floats");
+    if ((uintptr_t)lse % sizeof(float) != 0)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "lse: pointer not aligned to 4-byte floats");
     if (cfg->check_finite && scan_host) {
         if (!scan_finite(q)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "q contains NaN or Inf");
         if (!scan_finite(k)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "k contains NaN or Inf");
