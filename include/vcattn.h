@@ -74,7 +74,9 @@ typedef enum {
 const char *vcattn_dtype_name(vcattn_dtype dtype);
 
 /*
- * A 4-D view [batch, heads, tokens, head_dim] over caller memory. Strides are
+ * A 4-D view [batch, heads, tokens, head_dim] over caller memory. data must be
+ * aligned to the element size (4 bytes for float32, 2 for the 16-bit types);
+ * so must lse and the RoPE tables (4). Strides are
  * in elements; the head_dim axis must be contiguous (stride 1). Both the
  * [B,H,N,D] ("HND") and [B,N,H,D] ("NHD") layouts, and non-contiguous views of
  * either, are expressed by the three strides.
@@ -139,40 +141,51 @@ typedef enum {
 /*
  * Every switch of the pipeline. vcattn_config_default() gives method "vc";
  * vcattn_config_from_method() gives any named preset, whose fields may then be
- * changed one by one for ablations.
+ * changed one by one for ablations. Each field's accepted range is given
+ * beside it; a call with any field outside it returns
+ * VCATTN_ERR_INVALID_ARGUMENT. Switches (int flags) take 0 or 1.
  */
+#define VCATTN_MAX_SM_SCALE 64.0f       /* sm_scale log2(e) times the largest INT8 Q scale stays finite */
+#define VCATTN_MAX_KMEANS_CLUSTERS 4096
+#define VCATTN_MAX_KMEANS_ITERS 1000    /* the defaults are 10 and 5 */
+#define VCATTN_MAX_THREADS 1024
+
 typedef struct {
     /* score path */
     vcattn_qk_format qk_format;
-    int k_smoothing;          /* subtract the per-channel mean of K over tokens */
-    int hadamard;             /* rotate Q and K by the same normalized Hadamard */
-    float sm_scale;           /* softmax scale; 0 means 1/sqrt(head_dim) */
+    int k_smoothing;          /* 0/1: subtract the per-channel mean of K over tokens */
+    int hadamard;             /* 0/1: rotate Q and K by the same normalized Hadamard */
+    float sm_scale;           /* softmax scale in [0, VCATTN_MAX_SM_SCALE];
+                                 0 means 1/sqrt(head_dim) */
     /* probability path */
     vcattn_p_format p_format;
-    float expcast_beta;       /* the β of eq. 7; default -0.35 */
+    float expcast_beta;       /* the beta of eq. 7, in (-1, 1); default -0.35 */
     /* value path */
     vcattn_v_format v_format;
-    int vsmooth;              /* V-Smooth: k-means grouping + 128-row block demeaning */
+    int vsmooth;              /* 0/1: V-Smooth: k-means grouping + 128-row block demeaning */
     /* k-means of V-Smooth */
-    int kmeans_clusters;      /* 0 (default) = auto: ceil(Nk/128)/4 clamped to
-                                 [2, 32], so most 128-row blocks hold one
-                                 cluster; never more than Nk */
-    int kmeans_iters;         /* Lloyd iterations from a cold start; default 10 */
-    int kmeans_warm_iters;    /* from the previous step's centroids; default 5 */
-    uint64_t kmeans_seed;     /* seeds the cold-start choice of initial centroids */
+    int kmeans_clusters;      /* [0, VCATTN_MAX_KMEANS_CLUSTERS]; 0 (default) =
+                                 auto: ceil(Nk/128)/4 clamped to [2, 32], so
+                                 most 128-row blocks hold one cluster; never
+                                 more than Nk (the CUDA backend takes up to 32) */
+    int kmeans_iters;         /* Lloyd iterations from a cold start, in
+                                 [1, VCATTN_MAX_KMEANS_ITERS]; default 10 */
+    int kmeans_warm_iters;    /* from the previous step's centroids, same range; default 5 */
+    uint64_t kmeans_seed;     /* any value: seeds the cold-start choice of initial centroids */
     /* grouping schedule (paper appendix A), used when a vcattn_layer is given */
-    float group_window;       /* fraction of the steps that group; default 0.25 */
-    int group_refresh;        /* regroup every this many steps in the window; 4 */
-    int demean_outside_window;/* after the window: 1 = reuse the last permutation
+    float group_window;       /* in [0, 1]: fraction of the steps that group; default 0.25 */
+    int group_refresh;        /* any int >= 1: regroup every this many steps in the window; 4 */
+    int demean_outside_window;/* 0/1: after the window: 1 = reuse the last permutation
                                  and demean, 0 = plain low-bit kernel (paper) */
     /* input policy */
-    int check_finite;         /* 1 (default): reject NaN/Inf inputs with
+    int check_finite;         /* 0/1; 1 (default): reject NaN/Inf inputs with
                                  VCATTN_ERR_NONFINITE_INPUT, and inputs whose
                                  scores could pass VCATTN_MAX_SCORE_LOG2 with
                                  VCATTN_ERR_INVALID_ARGUMENT, before any
                                  output is written */
-    int num_threads;          /* CPU backend threads; 0 = all cores */
-    /* score path (default 0): subtract each head's channel mean of Q over
+    int num_threads;          /* CPU backend threads in [0, VCATTN_MAX_THREADS];
+                                 0 = all cores */
+    /* score path, 0/1 (default 0): subtract each head's channel mean of Q over
      * tokens before quantizing, and add the exact per-key term
      * sm_scale (mean_q . k_j) back to the scores, as SageAttention2 smooths Q
      * (docs/fidelity.md; on the GPU it costs the vc kernel 17%) */
@@ -249,9 +262,10 @@ int vcattn_backend_available(vcattn_backend backend, const char **why);
  */
 typedef struct vcattn_layer vcattn_layer;
 
+/* num_steps >= 1: the denoising steps of the schedule. */
 vcattn_status vcattn_layer_create(vcattn_layer **layer, int num_steps);
 void vcattn_layer_destroy(vcattn_layer *layer);  /* NULL-safe */
-/* Sets the denoising step (0-based) the next calls belong to. */
+/* Sets the denoising step the next calls belong to, in [0, num_steps). */
 vcattn_status vcattn_layer_set_step(vcattn_layer *layer, int step);
 int vcattn_layer_step(const vcattn_layer *layer);
 /* Forgets centroids and permutation (next grouping starts cold). */
@@ -276,8 +290,19 @@ vcattn_grouping vcattn_layer_plan(const vcattn_layer *layer, const vcattn_config
  * Hq must be a multiple of Hkv (grouped-query attention); Nq and Nk may
  * differ. lse, if not NULL, receives float32 [B][Hq][Nq]: the natural log of
  * sum_j exp(s_ij) of the scores as the caller defined them (before K
- * smoothing), as ring attention needs. rope may be NULL. layer may be NULL:
+ * smoothing), as ring attention needs. With ExpCast P (method vc) the row
+ * sum adds decoded ExpCast bytes, each within [0.9290, 1.0746] times the
+ * exact exponential, so that LSE is off by up to ln(1/0.9290) = 0.074 nats
+ * (more only by the mass of probabilities below the smallest code); a ring
+ * merge that weights partial outputs by exp(lse) carries that weight error.
+ * rope may be NULL. layer may be NULL:
  * then V-Smooth (if on) groups from a cold start on every call.
+ * Memory: q, k, v and the RoPE tables may share memory with each other; out
+ * and lse may not share a byte with any of them nor with each other (the
+ * span from a view's first to its last element counts, so views interleaved
+ * in one buffer are refused too), and no two elements of out may be the same
+ * memory (a stride_head of 0, heads or rows that overlap). Such calls return
+ * VCATTN_ERR_INVALID_ARGUMENT, as the in-place call out = q does.
  */
 vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_config *cfg,
                                const vcattn_tensor *q, const vcattn_tensor *k,

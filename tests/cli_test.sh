@@ -107,6 +107,9 @@ check "run --methods" 2 "--methods belongs to eval" -- run --methods sage2
 check "eval --q-smoothing" 0 '"q_smoothing": true' -- run --workload tiny --method vc --q-smoothing --backend cpu --json
 check "run --sink-guard" 0 '"sink_guard": 0' -- run --workload tiny --sink-guard 0 --backend cpu --json
 check "run --sink-guard out of range" 2 "--sink-guard" -- run --workload tiny --sink-guard 2
+check "run --iters past the bound" 2 "--iters: '1001' is not an integer in [1, 1000]" -- run --iters 1001
+check "run --threads past the bound" 2 "--threads: '100000'" -- run --threads 100000
+check "run --sm-scale past the bound" 2 "--sm-scale: '1e30'" -- run --sm-scale 1e30
 
 # Captured tensors of a pretrained transformer (tools/capture_minilm.py):
 # eval and the studies on .npy inputs; the ExpCast bound holds on every row.
@@ -122,6 +125,57 @@ check "eval: files and --workload" 2 "not both" -- eval --workload tiny --q "$da
     --k "$data/minilm-l0-k.npy" --v "$data/minilm-l0-v.npy"
 check "eval: files and --draws" 2 "--draws applies to built-in workloads" -- eval --draws 2 \
     --q "$data/minilm-l0-q.npy" --k "$data/minilm-l0-k.npy" --v "$data/minilm-l0-v.npy"
+
+# Mismatched .npy shapes: refused before any computation (the FP64
+# reference once ran first and read past v). npy_f32 FILE SHAPE COUNT
+# [BYTES] writes a float32 .npy of COUNT zeros, or COUNT copies of the
+# printf escapes BYTES.
+npy_f32() {
+    h="{'descr': '<f4', 'fortran_order': False, 'shape': ($2), }"
+    while [ $(( (10 + ${#h} + 1) % 64 )) -ne 0 ]; do h="$h "; done
+    len=$(( ${#h} + 1 ))
+    {
+        printf '\223NUMPY\001\000'
+        printf "\\$(printf %o $((len % 256)))\\$(printf %o $((len / 256)))"
+        printf '%s\n' "$h"
+        if [ -z "$4" ]; then
+            head -c $(( $3 * 4 )) /dev/zero
+        else
+            i=0
+            while [ $i -lt "$3" ]; do printf "$4"; i=$((i + 1)); done
+        fi
+    } >"$1"
+}
+npy_f32 "$tmp/q.npy" "1, 2, 4000, 32" 256000
+npy_f32 "$tmp/k.npy" "1, 2, 4000, 32" 256000
+npy_f32 "$tmp/v1.npy" "1, 2, 1, 32" 64
+npy_f32 "$tmp/v1h.npy" "1, 1, 4000, 32" 128000
+npy_f32 "$tmp/q2.npy" "2, 2, 4000, 32" 512000
+for bad in "v with one token:--v $tmp/v1.npy --k $tmp/k.npy --q $tmp/q.npy" \
+           "v with fewer heads:--v $tmp/v1h.npy --k $tmp/k.npy --q $tmp/q.npy" \
+           "q batch 2, k batch 1:--v $tmp/k.npy --k $tmp/k.npy --q $tmp/q2.npy" \
+           "NHD mismatch:--layout NHD --v $tmp/v1h.npy --k $tmp/k.npy --q $tmp/q.npy"; do
+    # shellcheck disable=SC2086
+    check "eval refuses ${bad%%:*}" 1 "shape mismatch" -- eval --backend cpu --methods sage2 ${bad#*:}
+    if grep -qF "fp64 reference" "$tmp/out"; then
+        failed=$((failed + 1))
+        echo "FAIL eval refuses ${bad%%:*}: the reference ran before the shape check"
+    else
+        passed=$((passed + 1))
+        echo "ok   eval refuses ${bad%%:*} before computing"
+    fi
+    # shellcheck disable=SC2086
+    check "study refuses ${bad%%:*}" 1 "shape mismatch" -- eval --study studies ${bad#*:}
+done
+
+# Finite values past float16's maximum with --dtype f16: named as such,
+# not as NaN or Inf (1e5 as little-endian float32 bytes).
+npy_f32 "$tmp/big.npy" "1, 1, 8, 8" 64 '\000\120\303\107'
+check "run --dtype f16 past 65504" 1 "100000 is outside the float16 range" -- \
+    run --q "$tmp/big.npy" --k "$tmp/big.npy" --v "$tmp/big.npy" --dtype f16 --backend cpu
+npy_f32 "$tmp/z.npy" "1, 1, 8, 8" 64
+check "run on V of 1e5 as float32" 0 "cosine" -- \
+    run --q "$tmp/z.npy" --k "$tmp/z.npy" --v "$tmp/big.npy" --backend cpu
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

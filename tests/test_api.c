@@ -69,6 +69,7 @@ static void test_bad_inputs(vcattn_context *ctx) {
     call_t c;
     c = good_call(); c.q.data = NULL; expect(ctx, &c, VCATTN_ERR_NULL_POINTER, "NULL q data");
     c = good_call(); c.out.data = NULL; expect(ctx, &c, VCATTN_ERR_NULL_POINTER, "NULL out data");
+
     c = good_call(); c.q.tokens = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "zero tokens");
     c = good_call(); c.k.batch = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "zero batch");
     c = good_call(); c.q.head_dim = c.k.head_dim = c.v.head_dim = c.out.head_dim = 60;
@@ -84,7 +85,46 @@ static void test_bad_inputs(vcattn_context *ctx) {
     c = good_call(); c.k.batch = 2; expect(ctx, &c, VCATTN_ERR_SHAPE_MISMATCH, "batch mismatch");
     c = good_call(); c.q.dtype = (vcattn_dtype)7; expect(ctx, &c, VCATTN_ERR_UNSUPPORTED_DTYPE, "bad dtype");
     c = good_call(); c.k.stride_token = -D; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative stride");
+    /* Data pointers must be aligned to their element size (a misaligned
+     * float load is undefined behaviour). */
+    static unsigned char shifted[sizeof q + 8];  /* the same values one or two bytes off */
+    memcpy(shifted + 1, q, sizeof q);
+    c = good_call(); c.q.data = shifted + 1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "misaligned q");
+    memcpy(shifted + 1, cos_tab, sizeof cos_tab);
+    c = good_call(); c.rope.q_cos = (const float *)(shifted + 1); c.rope_ptr = &c.rope;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "misaligned rope table");
+    memset(shifted, 0x5a, sizeof shifted);
+    c = good_call(); c.out.data = shifted + 2;
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_ERR_INVALID_ARGUMENT,
+          "misaligned out: %s", vcattn_last_error(ctx));
+    c = good_call();
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, (float *)(shifted + 2), NULL, NULL) ==
+              VCATTN_ERR_INVALID_ARGUMENT, "misaligned lse: %s", vcattn_last_error(ctx));
+    int kept = 1;
+    for (size_t i = 0; i < sizeof shifted; i++) kept &= shifted[i] == 0x5a;
+    CHECK(kept, "misaligned out and lse: nothing written");
+    /* A zero dim with others near INT64_MAX: the helper's strides must not
+     * overflow (signed overflow is undefined; run under UBSan), and the view
+     * is refused for its zero size. */
+    c = good_call(); c.q = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, 0, INT64_MAX / 2, 4);
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "bhnd view with a zero dim");
+    c = good_call(); c.q = vcattn_tensor_bnhd(q, VCATTN_DTYPE_F32, 0, INT64_MAX / 2, 3, 4);
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "bnhd view with a zero dim");
     c = good_call(); c.out.stride_token = 1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "overlapping out rows");
+    /* Output views that overlap themselves: heads or batches on top of each other. */
+    c = good_call(); c.out.stride_head = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "out stride_head 0");
+    c = good_call(); c.out.stride_head = N * D - 1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "out heads overlap");
+    c = good_call(); c.out.heads = c.q.heads = c.k.heads = c.v.heads = 1;
+    c.out.tokens = c.q.tokens = 2; c.out.stride_token = D; c.out.stride_head = D;  /* one head: its stride is unused */
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK,
+          "a size-1 axis may have any stride: %s", vcattn_last_error(ctx));
+    c = good_call(); c.out = vcattn_tensor_bnhd(out, VCATTN_DTYPE_F32, B, H, N, D);
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK,
+          "NHD out: %s", vcattn_last_error(ctx));
+    c = good_call(); c.out.stride_token = 2 * D; c.out.heads = 1; c.q.heads = 1; c.k.heads = c.v.heads = 1;
+    c.out.stride_head = 2 * N * D;  /* every other row: no overlap */
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK,
+          "padded out rows: %s", vcattn_last_error(ctx));
     c = good_call(); c.cfg.kmeans_clusters = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative clusters");
     c = good_call(); c.cfg.group_window = 1.5f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "window > 1");
     c = good_call(); c.cfg.sink_guard = -0.1f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "sink_guard < 0");
@@ -93,6 +133,32 @@ static void test_bad_inputs(vcattn_context *ctx) {
     c = good_call(); c.cfg.sm_scale = -1.0f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative sm_scale");
     c = good_call(); c.cfg.sm_scale = NAN; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "NaN sm_scale");
     c = good_call(); c.cfg.p_format = (vcattn_p_format)42; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "bad p format");
+    /* Every config field has an upper bound (vcattn.h): past it a call once
+     * crashed inside OpenMP (100000 threads) or ran for hours (2e9 iterations). */
+    c = good_call(); c.cfg.num_threads = 100000; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "100000 threads");
+    c = good_call(); c.cfg.num_threads = VCATTN_MAX_THREADS + 1;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "threads past the bound");
+    c = good_call(); c.cfg.kmeans_iters = 2000000000; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "2e9 iterations");
+    c = good_call(); c.cfg.kmeans_warm_iters = VCATTN_MAX_KMEANS_ITERS + 1;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "warm iterations past the bound");
+    c = good_call(); c.cfg.kmeans_clusters = VCATTN_MAX_KMEANS_CLUSTERS + 1;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "clusters past the bound");
+    c = good_call(); c.cfg.sm_scale = 1e30f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "sm_scale 1e30");
+    c = good_call(); c.cfg.group_refresh = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "group_refresh 0");
+    c = good_call(); c.cfg.expcast_beta = 1.0f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "beta 1");
+    c = good_call(); c.cfg.group_window = -0.5f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "window < 0");
+    c = good_call(); c.cfg.hadamard = 2; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "hadamard 2");
+    c = good_call(); c.cfg.vsmooth = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "vsmooth -1");
+    c = good_call(); c.cfg.k_smoothing = 7; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "k_smoothing 7");
+    c = good_call(); c.cfg.q_smoothing = 2; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "q_smoothing 2");
+    c = good_call(); c.cfg.check_finite = 3; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "check_finite 3");
+    c = good_call(); c.cfg.demean_outside_window = 2;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "demean_outside_window 2");
+    /* The bounds themselves are accepted. */
+    c = good_call(); c.cfg.num_threads = 2; c.cfg.kmeans_iters = VCATTN_MAX_KMEANS_ITERS;
+    c.cfg.kmeans_warm_iters = VCATTN_MAX_KMEANS_ITERS; c.cfg.sm_scale = VCATTN_MAX_SM_SCALE;
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK,
+          "config at its bounds: %s", vcattn_last_error(ctx));
     c = good_call(); c.q.head_dim = c.k.head_dim = c.v.head_dim = c.out.head_dim = 24; c.cfg.hadamard = 1;
     expect(ctx, &c, VCATTN_ERR_UNSUPPORTED_CONFIG, "Hadamard with head dim 24");
     c = good_call(); c.q.head_dim = c.k.head_dim = c.v.head_dim = c.out.head_dim = 24;
@@ -155,6 +221,51 @@ static void test_bad_inputs(vcattn_context *ctx) {
     CHECK(finite, "N = 1 output finite");
 }
 
+/* out and lse may not share memory with any input, with each other, or
+ * with the RoPE tables: the call would read what it has written. */
+static void test_aliasing(vcattn_context *ctx) {
+    static float inputs[3][B * H * N * D], lse[B * H * N], snap[3][B * H * N * D], lse_snap[B * H * N];
+    memcpy(inputs[0], q, sizeof q); memcpy(inputs[1], k, sizeof k); memcpy(inputs[2], v, sizeof v);
+    for (int i = 0; i < B * H * N; i++) lse[i] = -1.0f;
+    static const char *const names[3] = {"q", "k", "v"};
+    for (int target = 0; target < 3; target++)
+        for (int shift = 0; shift < 2; shift++) {
+            call_t c = good_call();
+            c.q.data = inputs[0]; c.k.data = inputs[1]; c.v.data = inputs[2];
+            c.out.data = inputs[target] + shift * (D + 3);  /* the same memory, or a part of it */
+            c.out.tokens = c.q.tokens = N - 2;
+            memcpy(snap, inputs, sizeof snap);
+            vcattn_status s = vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL);
+            CHECK(s == VCATTN_ERR_INVALID_ARGUMENT && strstr(vcattn_last_error(ctx), names[target]),
+                  "out over %s (shift %d): '%s' (%s)", names[target], shift, vcattn_status_string(s),
+                  vcattn_last_error(ctx));
+            CHECK(memcmp(snap, inputs, sizeof snap) == 0, "out over %s: nothing written", names[target]);
+        }
+    call_t c = good_call();
+    c.rope_ptr = &c.rope;
+    c.out.data = cos_tab;  /* the table is smaller than out: any overlap counts */
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, c.rope_ptr, NULL) ==
+              VCATTN_ERR_INVALID_ARGUMENT, "out over a RoPE table: %s", vcattn_last_error(ctx));
+    c = good_call();
+    poison();
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, out + 7, NULL, NULL) == VCATTN_ERR_INVALID_ARGUMENT,
+          "lse inside out: %s", vcattn_last_error(ctx));
+    CHECK(untouched(), "lse inside out: nothing written");
+    c = good_call();
+    memcpy(snap, q, sizeof q);
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, q + 100, NULL, NULL) == VCATTN_ERR_INVALID_ARGUMENT,
+          "lse inside q: %s", vcattn_last_error(ctx));
+    CHECK(memcmp(snap, q, sizeof q) == 0, "lse inside q: nothing written");
+    c = good_call();
+    memcpy(lse_snap, lse, sizeof lse);
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, lse, NULL, NULL) == VCATTN_OK,
+          "separate lse: %s", vcattn_last_error(ctx));
+    /* Inputs may share memory with each other (self-attention on one buffer). */
+    c = good_call(); c.k.data = q; c.v.data = q;
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK,
+          "q, k and v on one buffer: %s", vcattn_last_error(ctx));
+}
+
 static void test_objects(void) {
     CHECK(vcattn_version_number() == VCATTN_VERSION_NUMBER, "runtime version matches header");
     CHECK(strlen(vcattn_version_string()) >= 5, "version string");
@@ -212,6 +323,9 @@ static void test_objects(void) {
     CHECK(vcattn_layer_create(&layer, 0) == VCATTN_ERR_INVALID_ARGUMENT && !layer, "layer with 0 steps");
     CHECK(vcattn_layer_create(&layer, 40) == VCATTN_OK, "layer");
     CHECK(vcattn_layer_set_step(layer, -1) == VCATTN_ERR_INVALID_ARGUMENT, "negative step");
+    CHECK(vcattn_layer_set_step(layer, 1000) == VCATTN_ERR_INVALID_ARGUMENT, "step 1000 of 40");
+    CHECK(vcattn_layer_set_step(layer, 40) == VCATTN_ERR_INVALID_ARGUMENT, "step 40 of 40");
+    CHECK(vcattn_layer_set_step(layer, 39) == VCATTN_OK && vcattn_layer_step(layer) == 39, "step 39 of 40");
     CHECK(vcattn_layer_set_step(NULL, 1) == VCATTN_ERR_NULL_POINTER, "NULL layer");
     vcattn_layer_destroy(layer);
     vcattn_layer_destroy(NULL);
@@ -226,6 +340,7 @@ int main(void) {
     vcattn_context *ctx;
     if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return 1;
     test_bad_inputs(ctx);
+    test_aliasing(ctx);
     vcattn_destroy(ctx);
     test_objects();
     return tl_finish("test_api");

@@ -18,7 +18,7 @@ typedef struct {
     const char *name;
     int64_t nk;
     float v_scale;
-    int check_error;  /* 0: scores so large that INT8 QK decides the argmax; finite only */
+    int check_error;  /* 0: finite only (INT8 QK decides the argmax, or two-valued V) */
     void (*shape)(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d);
 } extreme_case;
 
@@ -61,6 +61,25 @@ static void identical_tokens(float *q, float *k, float *v, int64_t nq, int64_t n
 
 static void nothing(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {}
 
+/* The boundary of the documented V range: the largest finite float with
+ * mixed signs. Demeaning such a block once overflowed the residual to Inf
+ * (then Inf * 0 = NaN on every V-Smooth method). */
+static void v_float_max_mixed(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
+    for (int64_t i = 0; i < H * nk * d; i++) v[i] = v[i] < 0.0f ? -3.4028235e38f : 3.4028235e38f;
+}
+
+static void v_3e38_mixed(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
+    for (int64_t i = 0; i < H * nk * d; i++) v[i] = v[i] < 0.0f ? -3.0e38f : 3.0e38f;
+}
+
+/* One +2e38 token in a block of -2e38 ones: the residual of that token is
+ * 4e38. */
+static void v_outlier_at_float_max(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
+    for (int h = 0; h < H; h++)
+        for (int64_t n = 0; n < nk; n++)
+            for (int64_t c = 0; c < d; c++) v[(h * nk + n) * d + c] = n == 5 ? 2.0e38f : -2.0e38f;
+}
+
 static const extreme_case cases[] = {
     {"all-equal scores", 300, 1.0f, 1, equal_scores},
     {"one key takes the row", 300, 1.0f, 1, one_key_wins},
@@ -72,6 +91,11 @@ static const extreme_case cases[] = {
     {"huge scores", 300, 1.0f, 0, huge_scores},
     {"identical value tokens (empty clusters)", 300, 1.0f, 1, identical_tokens},
     {"fewer keys than clusters", 3, 1.0f, 1, nothing},
+    /* finite only: two values, each exact in E4M3, are V-Smooth's weak case
+     * at any scale (docs/robustness.md): vc's error is 0.11 at +-1 as here */
+    {"V of +-3e38, mixed signs", 300, 1.0f, 0, v_3e38_mixed},
+    {"V of +-FLT_MAX, mixed signs", 300, 1.0f, 0, v_float_max_mixed},
+    {"one +2e38 token among -2e38 ones", 300, 1.0f, 1, v_outlier_at_float_max},
 };
 
 static void run_case(vcattn_context *ctx, const char *backend, const extreme_case *ec, const char *method,
@@ -107,6 +131,41 @@ static void run_case(vcattn_context *ctx, const char *backend, const extreme_cas
     free(q); free(k); free(v); free(out); free(ref);
 }
 
+/* q near 1e37 against keys near 1e-36: scores of a few units, but the Hadamard's
+ * sums of D entries pass the float maximum. Such a call once returned OK
+ * with an output unrelated to the reference (relative L2 0.99); now it is
+ * refused with the check on, and without the Hadamard it runs as usual. */
+static void hadamard_overflow(vcattn_context *ctx, const char *backend) {
+    enum { N = 64 };
+    static float q[H * N * D], k[H * N * D], v[H * N * D], out[H * N * D];
+    static double ref[H * N * D];
+    for (int i = 0; i < H * N * D; i++) {
+        q[i] = 1.0e37f * (1.0f + 0.1f * nrand());
+        k[i] = 1.0e-36f * nrand();
+        v[i] = nrand();
+        out[i] = -7.0f;
+    }
+    vcattn_tensor tq = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, H, N, D);
+    vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, 1, H, N, D);
+    vcattn_tensor tv = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, 1, H, N, D);
+    vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, H, N, D);
+    vcattn_reference_attention(&tq, &tk, &tv, NULL, 0.0f, ref, NULL);
+    vcattn_config cfg;
+    vcattn_config_from_method("sage2+hadamard", &cfg);
+    vcattn_status st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, NULL, NULL);
+    int untouched = 1;
+    for (int i = 0; i < H * N * D; i++) untouched &= out[i] == -7.0f;
+    CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && strstr(vcattn_last_error(ctx), "Hadamard") && untouched,
+          "%s, q ~1e37 with the Hadamard: status %d (%s), output untouched %d", backend, st, vcattn_last_error(ctx),
+          untouched);
+    vcattn_config_from_method("sage2", &cfg);
+    st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, NULL, NULL);
+    vcattn_metrics m;
+    metrics_compute(out, ref, H * N, D, &m);
+    CHECK(st == VCATTN_OK && m.rel_l2 < 0.05, "%s, q ~1e37 without the Hadamard: status %d, relative L2 %.4f", backend,
+          st, m.rel_l2);
+}
+
 int main(void) {
     static const char *const methods[] = {"sage2", "vsmooth", "vc", "sage2+hadamard"};
     const vcattn_backend backends[] = {VCATTN_BACKEND_CPU, VCATTN_BACKEND_CUDA};
@@ -118,6 +177,7 @@ int main(void) {
         }
         vcattn_context *ctx;
         if (vcattn_create(&ctx, backends[bi]) != VCATTN_OK) return 1;
+        hadamard_overflow(ctx, bi ? "cuda" : "cpu");
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++)
                 run_case(ctx, bi ? "cuda" : "cpu", &cases[c], methods[m], 0.05);

@@ -3,8 +3,13 @@
  * zeroed and the path named in the message. */
 #define _POSIX_C_SOURCE 200809L  /* mkdtemp */
 
+#include <dirent.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "npy.h"
@@ -316,6 +321,20 @@ static void test_malformed(void) {
         expect_fail(path, 0, DT, other[i]);
     }
     expect_header_fail(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (6,)}", 24, DT);
+
+    /* A NUL (or any control byte) inside a string: numpy refuses it; read as
+     * a C string, '<f4\0' was taken for '<f4'. */
+    const char *ctl[] = {"<f4#", "#<f4", "<f#4"};
+    for (int z = 0; z < 2; z++)
+        for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++) {
+            char h[128];
+            snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': (3,), }", ctl[i]);
+            size_t len = craft(buf, 1, 0, h, 12);
+            *(unsigned char *)memchr(buf, '#', len) = z ? 0x01 : 0x00;
+            tmp_path(path, sizeof path);
+            write_bytes(path, buf, len);
+            expect_fail(path, 0, BAD, z ? "descr with a control byte" : "descr with a NUL");
+        }
 }
 
 /* Random corruptions of a valid file: any status is fine, but OK must come
@@ -346,6 +365,68 @@ static void test_mutations(void) {
     CHECK(inconsistent == 0, "%d inconsistent results under mutation", inconsistent);
 }
 
+/* Files in the temp dir whose names tmp_path did not give out. */
+static int stray_files(void) {
+    DIR *d = opendir(dir);
+    int stray = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        int i;
+        char tail;
+        if (e->d_name[0] == '.' || (sscanf(e->d_name, "f%3d.np%c", &i, &tail) == 2 && tail == 'y')) continue;
+        fprintf(stderr, "stray file %s/%s\n", dir, e->d_name);
+        stray++;
+    }
+    if (d) closedir(d);
+    return stray;
+}
+
+/* A write that fails half way (the file-size limit here) leaves the file
+ * that was at the path as it was, and no temporary file behind. */
+static void test_failed_write(void) {
+    char path[128];
+    tmp_path(path, sizeof path);
+    write_bytes(path, "precious", 8);
+    static float big[8192];
+    npy_array a = {VCATTN_DTYPE_F32, 1, {8192}, big};
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit lim = {4096, 4096};
+        signal(SIGXFSZ, SIG_IGN);  /* the write then fails with EFBIG */
+        char err[256];
+        _exit(setrlimit(RLIMIT_FSIZE, &lim) == 0 && npy_write(path, &a, err, sizeof err) == VCATTN_ERR_IO &&
+                      strstr(err, path) ? 0 : 1);
+    }
+    int status = -1;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "a write past the file-size limit: VCATTN_ERR_IO naming the path (status %d)", status);
+    char back[16] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(back, 1, sizeof back, f) : 0;
+    if (f) fclose(f);
+    CHECK(got == 8 && memcmp(back, "precious", 8) == 0, "the file at the path survives a failed write (%zu bytes)",
+          got);
+    CHECK(stray_files() == 0, "no temporary file left behind");
+
+    /* A successful write replaces the file, with the mode a new file gets. */
+    mode_t old_mask = umask(022);
+    CHECK(npy_write(path, &a, NULL, 0) == VCATTN_OK, "write over an existing file");
+    umask(old_mask);
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0644 && st.st_size == 128 + 8192 * 4,
+          "replaced file: mode %o, %lld bytes", (unsigned)(st.st_mode & 0777), (long long)st.st_size);
+    CHECK(stray_files() == 0, "no temporary file left after a write");
+
+    /* A device is written in place and never removed, even on failure. */
+    if (stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode)) {
+        CHECK(npy_write("/dev/full", &a, NULL, 0) == VCATTN_ERR_IO, "writing /dev/full fails");
+        CHECK(stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode), "/dev/full is still there");
+    } else {
+        printf("test_npy: /dev/full absent, its check not run\n");
+    }
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/vcattn_npy_XXXXXX");
     if (!mkdtemp(dir)) {
@@ -357,6 +438,7 @@ int main(void) {
     test_versions();
     test_malformed();
     test_mutations();
+    test_failed_write();
     char path[128];
     for (int i = 0; i < nfiles; i++) {
         snprintf(path, sizeof path, "%s/f%03d.npy", dir, i);

@@ -307,7 +307,34 @@ static void check_metrics(void) {
     CHECK(m.cosine == 1.0 && m.rel_l2 == 0 && m.rel_l1 == 0 && isinf(m.snr_db), "all zero");
 }
 
+/* Mismatched shapes are refused before any row is read: the CLI's eval once
+ * called the reference on unvalidated .npy inputs and read past v. */
+static void check_shape_mismatch(void) {
+    float buf[2 * 2 * 4 * 8] = {0};
+    double out[2 * 2 * 4 * 8], lse[2 * 2 * 4];
+    const struct { const char *what; vcattn_tensor q, k, v; } cases[] = {
+        {"v has fewer tokens", hnd(buf, VCATTN_DTYPE_F32, 1, 1, 4, 8), hnd(buf, VCATTN_DTYPE_F32, 1, 1, 4, 8),
+         hnd(buf, VCATTN_DTYPE_F32, 1, 1, 1, 8)},
+        {"v has fewer heads", hnd(buf, VCATTN_DTYPE_F32, 1, 2, 4, 8), hnd(buf, VCATTN_DTYPE_F32, 1, 2, 4, 8),
+         hnd(buf, VCATTN_DTYPE_F32, 1, 1, 4, 8)},
+        {"q batch 2, k batch 1", hnd(buf, VCATTN_DTYPE_F32, 2, 1, 4, 8), hnd(buf, VCATTN_DTYPE_F32, 1, 1, 4, 8),
+         hnd(buf, VCATTN_DTYPE_F32, 1, 1, 4, 8)},
+        {"head dims differ", hnd(buf, VCATTN_DTYPE_F32, 1, 1, 4, 8), hnd(buf, VCATTN_DTYPE_F32, 1, 1, 2, 16),
+         hnd(buf, VCATTN_DTYPE_F32, 1, 1, 2, 16)},
+        {"Hq not a multiple of Hkv", hnd(buf, VCATTN_DTYPE_F32, 1, 3, 4, 8), hnd(buf, VCATTN_DTYPE_F32, 1, 2, 4, 8),
+         hnd(buf, VCATTN_DTYPE_F32, 1, 2, 4, 8)},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        vcattn_status st = vcattn_reference_attention(&cases[i].q, &cases[i].k, &cases[i].v, NULL, 0.0f, out, lse);
+        CHECK(st == VCATTN_ERR_SHAPE_MISMATCH, "reference, %s: status %d", cases[i].what, (int)st);
+    }
+    vcattn_tensor empty = hnd(buf, VCATTN_DTYPE_F32, 1, 1, 0, 8), one = hnd(buf, VCATTN_DTYPE_F32, 1, 1, 4, 8);
+    CHECK(vcattn_reference_attention(&empty, &one, &one, NULL, 0.0f, out, lse) == VCATTN_ERR_INVALID_ARGUMENT,
+          "reference, zero query tokens");
+}
+
 int main(void) {
+    check_shape_mismatch();
     check_case("no rope", (dims){2, 3, 3, 5, 7, 8}, 0, VCATTN_ROPE_INTERLEAVED, 0.0f);
     check_case("interleaved gqa", (dims){1, 4, 2, 6, 9, 16}, 1, VCATTN_ROPE_INTERLEAVED, 0.3f);
     check_case("half-split gqa", (dims){2, 4, 2, 9, 6, 16}, 1, VCATTN_ROPE_HALF_SPLIT, 0.0f);

@@ -8,10 +8,13 @@
 #include "npy.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define NPY_MAGIC "\x93NUMPY"
 #define NPY_MAGIC_LEN 6
@@ -70,14 +73,15 @@ static int eat_word(cursor *c, const char *w) {
     return 1;
 }
 
-/* A quoted Python string without escapes (all numpy ever writes here). */
+/* A quoted Python string without escapes (all numpy ever writes here) and
+ * without control bytes: a NUL would end the C string early ('<f4\0'). */
 static int parse_str(cursor *c, char *buf, size_t cap) {
     skip_ws(c);
     if (c->p >= c->end || (*c->p != '\'' && *c->p != '"')) return 0;
     char quote = *c->p++;
     size_t n = 0;
     while (c->p < c->end && *c->p != quote) {
-        if (*c->p == '\\' || n + 1 >= cap) return 0;
+        if (*c->p == '\\' || (unsigned char)*c->p < 0x20 || n + 1 >= cap) return 0;
         buf[n++] = *c->p++;
     }
     if (c->p >= c->end) return 0;
@@ -349,8 +353,38 @@ vcattn_status npy_write(const char *path, const npy_array *arr, char *err, size_
     pre[8] = (unsigned char)(n & 0xff);
     pre[9] = (unsigned char)(n >> 8);
 
-    FILE *f = fopen(path, "wb");
-    if (!f) return npy_fail(err, errlen, VCATTN_ERR_IO, path, "cannot create: %s", strerror(errno));
+    /* A regular file (or nothing) at path: write a temporary file beside it
+     * and rename it over path once complete, so a failed write leaves path as
+     * it was. Anything else (a device, a pipe) is written in place and never
+     * removed. */
+    struct stat st;
+    const int in_place = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+    char *tmp = NULL;
+    FILE *f = NULL;
+    if (in_place) {
+        f = fopen(path, "wb");
+    } else {
+        const size_t cap = strlen(path) + 32;
+        if (!(tmp = malloc(cap))) return npy_fail(err, errlen, VCATTN_ERR_OUT_OF_MEMORY, path, "out of memory");
+        for (int attempt = 0; attempt < 100 && !f; attempt++) {
+            snprintf(tmp, cap, "%s.tmp%ld-%d", path, (long)getpid(), attempt);
+            int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);  /* the umask applies, as to fopen's */
+            if (fd < 0 && errno == EEXIST) continue;
+            if (fd < 0) break;
+            if (!(f = fdopen(fd, "wb"))) {
+                int saved = errno;
+                close(fd);
+                unlink(tmp);
+                errno = saved;
+                break;
+            }
+        }
+    }
+    if (!f) {
+        int saved = errno;
+        free(tmp);
+        return npy_fail(err, errlen, VCATTN_ERR_IO, path, "cannot create: %s", strerror(saved));
+    }
     size_t nbytes = (size_t)numel * esize;
     int ok = fwrite(pre, 1, sizeof pre, f) == sizeof pre &&
              fwrite(header, 1, (size_t)n, f) == (size_t)n &&
@@ -360,10 +394,13 @@ vcattn_status npy_write(const char *path, const npy_array *arr, char *err, size_
         ok = 0;
         saved = errno;
     }
-    if (!ok) {
-        remove(path);
-        return npy_fail(err, errlen, VCATTN_ERR_IO, path, "write failed: %s", strerror(saved));
+    if (ok && tmp && rename(tmp, path) != 0) {
+        ok = 0;
+        saved = errno;
     }
+    if (!ok && tmp) unlink(tmp);
+    free(tmp);
+    if (!ok) return npy_fail(err, errlen, VCATTN_ERR_IO, path, "write failed: %s", strerror(saved));
     return VCATTN_OK;
 }
 

@@ -29,8 +29,11 @@ typedef struct {
  * naming the file and the problem. On error *out is zeroed and nothing leaks. */
 vcattn_status npy_read(const char *path, int bf16_from_u16, npy_array *out, char *err,
                        size_t errlen);
-/* Writes arr as format 1.0; BF16 is written as '<u2'. A partial file is
- * removed on failure. */
+/* Writes arr as format 1.0; BF16 is written as '<u2'. The data goes to a
+ * temporary file beside path, renamed over path once complete: on failure
+ * path is left as it was and the temporary file removed. A path that exists
+ * and is not a regular file (a device, a pipe) is written in place and never
+ * removed. */
 vcattn_status npy_write(const char *path, const npy_array *arr, char *err, size_t errlen);
 void npy_free(npy_array *arr);   /* NULL-safe, zeroes */
 /* Product of the shape; 0 for NULL or an array with ndim outside 1..8. */

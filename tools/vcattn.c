@@ -370,8 +370,8 @@ static int parse_options(int argc, char **argv, options *o) {
             o->dtype_set = 1;
             break;
         case OPT_THREADS:
-            if (!parse_long(val, 0, 4096, &n))
-                return usage_error(cmd, "--threads: '%s' is not an integer in [0, 4096]", val);
+            if (!parse_long(val, 0, VCATTN_MAX_THREADS, &n))
+                return usage_error(cmd, "--threads: '%s' is not an integer in [0, %d]", val, VCATTN_MAX_THREADS);
             o->threads = (int)n;
             break;
         case OPT_OUT: o->out_path = val; break;
@@ -385,13 +385,14 @@ static int parse_options(int argc, char **argv, options *o) {
         case OPT_QK: rc = parse_choice(cmd, a, val, QK_NAMES, &o->qk); break;
         case OPT_P: rc = parse_choice(cmd, a, val, P_NAMES, &o->p); break;
         case OPT_CLUSTERS:
-            if (!parse_long(val, 1, 4096, &n))
-                return usage_error(cmd, "--clusters: '%s' is not an integer in [1, 4096]", val);
+            if (!parse_long(val, 1, VCATTN_MAX_KMEANS_CLUSTERS, &n))
+                return usage_error(cmd, "--clusters: '%s' is not an integer in [1, %d]", val,
+                                   VCATTN_MAX_KMEANS_CLUSTERS);
             o->clusters = (int)n;
             break;
         case OPT_ITERS:
-            if (!parse_long(val, 1, 100000, &n))
-                return usage_error(cmd, "--iters: '%s' is not an integer in [1, 100000]", val);
+            if (!parse_long(val, 1, VCATTN_MAX_KMEANS_ITERS, &n))
+                return usage_error(cmd, "--iters: '%s' is not an integer in [1, %d]", val, VCATTN_MAX_KMEANS_ITERS);
             o->iters = (int)n;
             break;
         case OPT_SIZE:
@@ -410,8 +411,9 @@ static int parse_options(int argc, char **argv, options *o) {
                 return usage_error(cmd, "--beta: '%s' is not a number in (-1, 1)", val);
             break;
         case OPT_SM_SCALE:
-            if (!parse_float(val, 0.0, 1e30, 0, &o->sm_scale))
-                return usage_error(cmd, "--sm-scale: '%s' is not a finite number >= 0", val);
+            if (!parse_float(val, 0.0, VCATTN_MAX_SM_SCALE, 0, &o->sm_scale))
+                return usage_error(cmd, "--sm-scale: '%s' is not a number in [0, %g]", val,
+                                   (double)VCATTN_MAX_SM_SCALE);
             break;
         case OPT_DRAWS:
             if (run) return usage_error(cmd, "--draws belongs to eval");
@@ -509,6 +511,21 @@ static void inputs_free(inputs *in) {
     }
 }
 
+/* The first finite value of src that became infinite in dst (float16 tops
+ * out at 65504), or 0 if none did. */
+static float first_overflow(const void *src, vcattn_dtype from, const void *dst, vcattn_dtype to, int64_t count) {
+    for (int64_t i = 0; i < count; i++) {
+        float x = from == VCATTN_DTYPE_F32   ? ((const float *)src)[i]
+                  : from == VCATTN_DTYPE_F16 ? vcattn_f16_to_f32(((const uint16_t *)src)[i])
+                                             : vcattn_bf16_to_f32(((const uint16_t *)src)[i]);
+        float y = to == VCATTN_DTYPE_F32   ? ((const float *)dst)[i]
+                  : to == VCATTN_DTYPE_F16 ? vcattn_f16_to_f32(((const uint16_t *)dst)[i])
+                                           : vcattn_bf16_to_f32(((const uint16_t *)dst)[i]);
+        if (isfinite(x) && !isfinite(y)) return x;
+    }
+    return 0.0f;
+}
+
 /* count elements of type `from` as a fresh `to` array (NULL if out of memory). */
 static void *convert(const void *src, vcattn_dtype from, int64_t count, vcattn_dtype to) {
     size_t esz = to == VCATTN_DTYPE_F32 ? 4 : 2;
@@ -545,6 +562,12 @@ static vcattn_status load_npy(const options *o, const char *path, npy_array *arr
             snprintf(err, ERRLEN, "%s: no memory to convert to %s", path,
                      vcattn_dtype_name(o->dtype));
             return VCATTN_ERR_OUT_OF_MEMORY;
+        }
+        float big = first_overflow(arr->data, dt, data, o->dtype, npy_numel(arr));
+        if (big != 0.0f) {
+            snprintf(err, ERRLEN, "%s: %g is outside the %s range (--dtype)", path, (double)big,
+                     vcattn_dtype_name(o->dtype));
+            return VCATTN_ERR_INVALID_ARGUMENT;
         }
         dt = o->dtype;
     }
@@ -596,6 +619,22 @@ static vcattn_status load_inputs(const options *o, inputs *in, char *err) {
     snprintf(in->source, sizeof in->source, "workload %s (seed %llu, %dx%dx%d grid)", w->name,
              (unsigned long long)o->seed, w->frames, w->height, w->width);
     return VCATTN_OK;
+}
+
+/* The library's own argument checks (shapes, head dim, strides; not the
+ * values) on the loaded inputs, before anything computes with them. */
+static vcattn_status validate_inputs(const inputs *in, char *err) {
+    vcattn_context *ctx;
+    vcattn_status st = vcattn_create(&ctx, VCATTN_BACKEND_CPU);
+    if (st) {
+        snprintf(err, ERRLEN, "cannot create a context to check the inputs");
+        return st;
+    }
+    const vcattn_config cfg = vcattn_config_default();
+    st = vcattn_validate_call(ctx, &cfg, &in->q, &in->k, &in->v, NULL, NULL, inputs_rope(in), 0);
+    if (st) snprintf(err, ERRLEN, "%s", vcattn_last_error(ctx));
+    vcattn_destroy(ctx);
+    return st;
 }
 
 /* -------------------------------------------------------------- printing */
@@ -902,6 +941,7 @@ static int cmd_study(const options *o) {
     inputs in;
     char err[ERRLEN];
     vcattn_status st = load_inputs(o, &in, err);
+    if (!st) st = validate_inputs(&in, err);
     if (st) {
         int rc = lib_error(st, err);
         inputs_free(&in);
@@ -1011,6 +1051,7 @@ static int cmd_eval(const options *o) {
         each.seed = o->seed + (uint64_t)draw;
         inputs_free(&in);
         vcattn_status st = load_inputs(&each, &in, err);
+        if (!st) st = validate_inputs(&in, err);
         if (st) {
             rc = lib_error(st, err);
             goto done;

@@ -77,17 +77,22 @@ vcattn_status vcattn_set_cuda_stream(vcattn_context *ctx, void *stream) {
 
 /* -------------------------------------------------------------- tensors */
 
+/* Stride products in unsigned arithmetic: shapes the validation refuses
+ * (a zero or negative dim beside huge ones) must not overflow a signed
+ * product on the way there. */
+static int64_t stride_of(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+
 vcattn_tensor vcattn_tensor_bhnd(void *data, vcattn_dtype dtype, int64_t batch,
                                  int64_t heads, int64_t tokens, int64_t head_dim) {
     vcattn_tensor t = {data, dtype, batch, heads, tokens, head_dim,
-                       heads * tokens * head_dim, tokens * head_dim, head_dim};
+                       stride_of(heads, stride_of(tokens, head_dim)), stride_of(tokens, head_dim), head_dim};
     return t;
 }
 
 vcattn_tensor vcattn_tensor_bnhd(void *data, vcattn_dtype dtype, int64_t batch,
                                  int64_t heads, int64_t tokens, int64_t head_dim) {
     vcattn_tensor t = {data, dtype, batch, heads, tokens, head_dim,
-                       heads * tokens * head_dim, head_dim, heads * head_dim};
+                       stride_of(heads, stride_of(tokens, head_dim)), head_dim, stride_of(heads, head_dim)};
     return t;
 }
 
@@ -142,11 +147,16 @@ void vcattn_tensor_store_row(const vcattn_tensor *t, int64_t b, int64_t h, int64
 
 /* ----------------------------------------------------------- validation */
 
+static size_t dtype_size(vcattn_dtype dt) { return dt == VCATTN_DTYPE_F32 ? 4 : 2; }
+
 static vcattn_status check_tensor(vcattn_context *ctx, const vcattn_tensor *t, const char *name) {
     if (!t->data) return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "%s: data pointer is NULL", name);
     if (t->dtype != VCATTN_DTYPE_F32 && t->dtype != VCATTN_DTYPE_F16 && t->dtype != VCATTN_DTYPE_BF16)
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_DTYPE,
                            "%s: dtype %d is not float32, float16 or bfloat16", name, (int)t->dtype);
+    if ((uintptr_t)t->data % dtype_size(t->dtype) != 0)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "%s: data pointer not aligned to its %zu-byte elements",
+                           name, dtype_size(t->dtype));
     if (t->batch <= 0 || t->heads <= 0 || t->tokens <= 0 || t->head_dim <= 0)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "%s: every size must be positive (B=%lld H=%lld N=%lld D=%lld)", name,
@@ -154,6 +164,102 @@ static vcattn_status check_tensor(vcattn_context *ctx, const vcattn_tensor *t, c
                            (long long)t->head_dim);
     if (t->stride_batch < 0 || t->stride_head < 0 || t->stride_token < 0)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "%s: strides must be non-negative", name);
+    return VCATTN_OK;
+}
+
+/* Elements from a view's first to one past its last (strides and sizes
+ * already checked positive); 0 if that does not fit in int64. */
+static int64_t view_extent(const vcattn_tensor *t) {
+    const int64_t size[3] = {t->batch, t->heads, t->tokens};
+    const int64_t stride[3] = {t->stride_batch, t->stride_head, t->stride_token};
+    int64_t extent = t->head_dim;
+    for (int i = 0; i < 3; i++) {
+        if (size[i] == 1) continue;
+        if (stride[i] > (INT64_MAX - extent) / (size[i] - 1)) return 0;
+        extent += stride[i] * (size[i] - 1);
+    }
+    return extent;
+}
+
+/* Whether distinct (b, h, n, d) of out land on distinct elements: taken
+ * from the smallest stride up, each axis must step past everything the
+ * smaller ones span (a sufficient rule: NHD, HND and padded views pass). */
+static int view_self_disjoint(const vcattn_tensor *t) {
+    int64_t size[3] = {t->batch, t->heads, t->tokens};
+    int64_t stride[3] = {t->stride_batch, t->stride_head, t->stride_token};
+    for (int i = 1; i < 3; i++)  /* three entries: insertion sort by stride */
+        for (int j = i; j > 0 && stride[j] < stride[j - 1]; j--) {
+            int64_t x = stride[j]; stride[j] = stride[j - 1]; stride[j - 1] = x;
+            x = size[j]; size[j] = size[j - 1]; size[j - 1] = x;
+        }
+    int64_t spanned = t->head_dim;  /* elements the smaller axes span */
+    for (int i = 0; i < 3; i++) {
+        if (size[i] == 1) continue;
+        if (stride[i] < spanned) return 0;
+        spanned += stride[i] * (size[i] - 1);  /* no overflow: view_extent checked the same sum */
+    }
+    return 1;
+}
+
+typedef struct {
+    const char *name;
+    uintptr_t lo, hi;  /* bytes [lo, hi) */
+} span;
+
+static span view_span(const char *name, const vcattn_tensor *t) {
+    span s = {name, (uintptr_t)t->data, (uintptr_t)t->data + (uintptr_t)view_extent(t) * dtype_size(t->dtype)};
+    return s;
+}
+
+static span array_span(const char *name, const void *p, int64_t count, size_t esize) {
+    span s = {name, (uintptr_t)p, (uintptr_t)p + (uintptr_t)count * esize};
+    return s;
+}
+
+static int spans_meet(span a, span b) { return a.lo < b.hi && b.lo < a.hi; }
+
+/* out and lse are written after the inputs are read: neither may share a
+ * byte with an input, with the other, or with itself. Spans are compared
+ * whole (first to last byte), so interleaved views of one buffer count as
+ * overlapping too. */
+static vcattn_status check_aliasing(vcattn_context *ctx, const vcattn_tensor *q, const vcattn_tensor *k,
+                                    const vcattn_tensor *v, const vcattn_tensor *out, const float *lse,
+                                    const vcattn_rope *rope) {
+    const vcattn_tensor *views[4] = {q, k, v, out};
+    const char *names[4] = {"q", "k", "v", "out"};
+    for (int i = 0; i < 4; i++)
+        if (!view_extent(views[i]))
+            return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "%s: strides times sizes overflow int64", names[i]);
+    if (!view_self_disjoint(out))
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "out: the view overlaps itself (strides batch %lld, head %lld, token %lld for "
+                           "B=%lld H=%lld N=%lld D=%lld)", (long long)out->stride_batch, (long long)out->stride_head,
+                           (long long)out->stride_token, (long long)out->batch, (long long)out->heads,
+                           (long long)out->tokens, (long long)out->head_dim);
+    span in[7];
+    int n = 0;
+    in[n++] = view_span("q", q);
+    in[n++] = view_span("k", k);
+    in[n++] = view_span("v", v);
+    if (rope) {
+        const int64_t half = q->head_dim / 2;
+        in[n++] = array_span("the rope q_cos table", rope->q_cos, q->tokens * half, sizeof(float));
+        in[n++] = array_span("the rope q_sin table", rope->q_sin, q->tokens * half, sizeof(float));
+        in[n++] = array_span("the rope k_cos table", rope->k_cos, k->tokens * half, sizeof(float));
+        in[n++] = array_span("the rope k_sin table", rope->k_sin, k->tokens * half, sizeof(float));
+    }
+    const span o = view_span("out", out);
+    const span l = array_span("lse", lse, out->batch * out->heads * out->tokens, sizeof(float));
+    for (int i = 0; i < n; i++) {
+        if (spans_meet(o, in[i]))
+            return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                               "out shares memory with %s: the output may not alias an input", in[i].name);
+        if (lse && spans_meet(l, in[i]))
+            return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                               "lse shares memory with %s: the output may not alias an input", in[i].name);
+    }
+    if (lse && spans_meet(l, o))
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "lse shares memory with out");
     return VCATTN_OK;
 }
 
@@ -180,22 +286,34 @@ static vcattn_status check_config(vcattn_context *ctx, const vcattn_config *c, i
     if ((unsigned)c->qk_format > VCATTN_QK_NVFP4 || (unsigned)c->p_format > VCATTN_P_NVFP4 ||
         (unsigned)c->v_format > VCATTN_V_NVFP4)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: unknown format value");
-    if (!(c->sm_scale >= 0.0f) || !vcattn_isfinite_f32(c->sm_scale))
+    const struct { int value; const char *name; } flags[] = {
+        {c->k_smoothing, "k_smoothing"}, {c->hadamard, "hadamard"}, {c->vsmooth, "vsmooth"},
+        {c->demean_outside_window, "demean_outside_window"}, {c->check_finite, "check_finite"},
+        {c->q_smoothing, "q_smoothing"}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (flags[i].value != 0 && flags[i].value != 1)
+            return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: %s must be 0 or 1, got %d",
+                               flags[i].name, flags[i].value);
+    if (!(c->sm_scale >= 0.0f && c->sm_scale <= VCATTN_MAX_SM_SCALE))
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
-                           "config: sm_scale must be finite and >= 0 (0 = 1/sqrt(D))");
+                           "config: sm_scale must be in [0, %g] (0 = 1/sqrt(D))", (double)VCATTN_MAX_SM_SCALE);
     if (!(c->expcast_beta > -1.0f && c->expcast_beta < 1.0f))
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: expcast_beta must be in (-1, 1)");
-    if (c->kmeans_clusters < 0 || c->kmeans_clusters > 4096 || c->kmeans_iters < 1 ||
-        c->kmeans_warm_iters < 1)
+    if (c->kmeans_clusters < 0 || c->kmeans_clusters > VCATTN_MAX_KMEANS_CLUSTERS)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
-                           "config: kmeans_clusters must be in [0, 4096] (0 = auto) and the iteration counts >= 1");
+                           "config: kmeans_clusters must be in [0, %d] (0 = auto)", VCATTN_MAX_KMEANS_CLUSTERS);
+    if (c->kmeans_iters < 1 || c->kmeans_iters > VCATTN_MAX_KMEANS_ITERS || c->kmeans_warm_iters < 1 ||
+        c->kmeans_warm_iters > VCATTN_MAX_KMEANS_ITERS)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "config: kmeans_iters and kmeans_warm_iters must be in [1, %d]", VCATTN_MAX_KMEANS_ITERS);
     if (!(c->sink_guard >= 0.0f && c->sink_guard <= 1.0f))
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: sink_guard must be in [0, 1]");
     if (!(c->group_window >= 0.0f && c->group_window <= 1.0f) || c->group_refresh < 1)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "config: group_window must be in [0, 1] and group_refresh >= 1");
-    if (c->num_threads < 0)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: num_threads must be >= 0");
+    if (c->num_threads < 0 || c->num_threads > VCATTN_MAX_THREADS)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: num_threads must be in [0, %d] (0 = all cores)",
+                           VCATTN_MAX_THREADS);
     if (c->hadamard && !vcattn_is_pow2(d))
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
                            "config: the Hadamard rotation needs a power-of-two head dim, got %lld",
@@ -209,9 +327,11 @@ static vcattn_status check_config(vcattn_context *ctx, const vcattn_config *c, i
 vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg,
                                    const vcattn_tensor *q, const vcattn_tensor *k,
                                    const vcattn_tensor *v, const vcattn_tensor *out,
-                                   const vcattn_rope *rope, int scan_host) {
-    if (!cfg || !q || !k || !v || !out)
+                                   const float *lse, const vcattn_rope *rope, int scan_host) {
+    if (!cfg || !q || !k || !v)
         return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "cfg, q, k, v and out must not be NULL");
+    const int has_out = out != NULL;
+    if (!out) out = q;  /* inputs alone: q's shape stands for out's */
     vcattn_status s;
     if ((s = check_tensor(ctx, q, "q")) || (s = check_tensor(ctx, k, "k")) ||
         (s = check_tensor(ctx, v, "v")) || (s = check_tensor(ctx, out, "out")))
@@ -238,13 +358,17 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
         return vcattn_fail(ctx, VCATTN_ERR_SHAPE_MISMATCH,
                            "query heads (%lld) must be a multiple of key/value heads (%lld)",
                            (long long)q->heads, (long long)k->heads);
-    if (out->tokens > 1 && out->stride_token < d)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "out rows overlap (stride_token < head_dim)");
     if ((s = check_config(ctx, cfg, d))) return s;
     if (rope && (!rope->q_cos || !rope->q_sin || !rope->k_cos || !rope->k_sin))
         return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "rope: all four tables are required");
+    if (has_out && (s = check_aliasing(ctx, q, k, v, out, lse, rope))) return s;
     if (rope && rope->style != VCATTN_ROPE_INTERLEAVED && rope->style != VCATTN_ROPE_HALF_SPLIT)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "rope: unknown style %d", (int)rope->style);
+    if (rope && (((uintptr_t)rope->q_cos | (uintptr_t)rope->q_sin | (uintptr_t)rope->k_cos |
+                  (uintptr_t)rope->k_sin) % sizeof(float)) != 0)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "rope: tables not aligned to 4-byte floats");
+    if ((uintptr_t)lse % sizeof(float) != 0)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "lse: pointer not aligned to 4-byte floats");
     if (cfg->check_finite && scan_host) {
         if (!scan_finite(q)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "q contains NaN or Inf");
         if (!scan_finite(k)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "k contains NaN or Inf");
@@ -266,7 +390,8 @@ vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_config *cfg,
                                const vcattn_rope *rope, vcattn_layer *layer) {
     if (!ctx) return VCATTN_ERR_NULL_POINTER;
     ctx->last_error[0] = '\0';
-    vcattn_status s = vcattn_validate_call(ctx, cfg, q, k, v, out, rope,
+    if (!out) return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "cfg, q, k, v and out must not be NULL");
+    vcattn_status s = vcattn_validate_call(ctx, cfg, q, k, v, out, lse, rope,
                                           ctx->backend != VCATTN_BACKEND_CUDA);
     if (s) return s;
     switch (ctx->backend) {

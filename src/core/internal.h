@@ -46,11 +46,12 @@ void vcattn_tensor_store_row(const vcattn_tensor *t, int64_t b, int64_t h, int64
 
 /* Checks every argument of vcattn_attention without touching data beyond the
  * finite check (done only if cfg->check_finite and scan_host: the CUDA
- * backend checks on the device). */
+ * backend checks on the device). out may be NULL: the inputs alone are
+ * checked, q's shape standing for out's (the tools, before a reference). */
 vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg,
                                    const vcattn_tensor *q, const vcattn_tensor *k,
                                    const vcattn_tensor *v, const vcattn_tensor *out,
-                                   const vcattn_rope *rope, int scan_host);
+                                   const float *lse, const vcattn_rope *rope, int scan_host);
 
 /* The quantized operands of one call in a backend-independent form, for
  * tests that compare backends stage by stage. Caller-allocated: q_codes

@@ -7,6 +7,7 @@
 #include "../formats/formats.h"
 #include "../vsmooth/vsmooth.h"
 
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -367,6 +368,16 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
         double max_q = 0.0, max_k = 0.0;
         for (int64_t g = 0; g < nqh; g++) max_q = fmax(max_q, p.qh[g].max_norm);
         for (int64_t g = 0; g < nkv; g++) max_k = fmax(max_k, p.kv[g].max_norm);
+        /* The unnormalized Hadamard sums up to sqrt(D) |x| (|x| at most
+         * twice the measured norm after Q smoothing): past the float maximum
+         * it overflows, whatever the scores. */
+        if (cfg->hadamard && fmax(max_q, max_k) * 2.0 * sqrt((double)p.d) > FLT_MAX) {
+            st = vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                             "the Hadamard rotation would overflow float32: rows of norm %.3g (q) and %.3g (k) "
+                             "after RoPE and smoothing, times 2 sqrt(D), pass the float maximum",
+                             max_q, max_k);
+            goto done;
+        }
         const double bound = max_q * max_k * p.sm_scale * LOG2E;
         if (bound > VCATTN_MAX_SCORE_LOG2) {
             st = vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,

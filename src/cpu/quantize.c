@@ -151,6 +151,12 @@ static void block_means(const float *v, int64_t n, int64_t d, float sink_guard, 
     }
 }
 
+static float amax_column(const float *x, int64_t n, int64_t d, int64_t c) {
+    float a = 0.0f;
+    for (int64_t t = 0; t < n; t++) a = fmaxf(a, fabsf(x[t * d + c]));
+    return a;
+}
+
 static float amax_means_channel(const float *mean, int64_t tiles, int64_t d, int64_t c) {
     float a = 0.0f;
     if (mean)
@@ -255,18 +261,31 @@ vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard,
         value_operand_free(op);
         return VCATTN_ERR_OUT_OF_MEMORY;
     }
-    /* Residual (into op->val for now): V minus its block mean. */
-    memcpy(op->val, v, (size_t)(n * d) * sizeof(float));
-    if (demean) {
-        block_means(v, n, d, sink_guard, op->mean);
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t i = 0; i < d; i++) op->val[t * d + i] -= op->mean[(t / VCATTN_TILE) * d + i];
+    /* Channels near the float maximum are scaled by a power of two first
+     * (the GPU's v_scales_kernel decides the same way); the sink guard has
+     * seen the unscaled block means. */
+    float pre[VCATTN_MAX_HEAD_DIM];
+    int exp2_of[VCATTN_MAX_HEAD_DIM];
+    for (int64_t i = 0; i < d; i++) {
+        exp2_of[i] = vcattn_v_prescale_exp(amax_column(v, n, d, i));
+        pre[i] = vcattn_pow2f(-exp2_of[i]);
     }
+    if (demean) block_means(v, n, d, sink_guard, op->mean);
+    /* Residual (into op->val for now): V minus its block mean, both scaled
+     * (a multiply by 1 where nothing is scaled: the same bits). */
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < d; i++)
+            op->val[t * d + i] = demean ? v[t * d + i] * pre[i] - op->mean[(t / VCATTN_TILE) * d + i] * pre[i]
+                                        : v[t * d + i] * pre[i];
+    if (demean)
+        for (int64_t j = 0; j < op->tiles; j++)
+            for (int64_t i = 0; i < d; i++) op->mean[j * d + i] = op->mean[j * d + i] * pre[i];
     switch (fmt) {
     case VCATTN_V_EXACT: exact_values(op->val, n, d, op); break;  /* demeaning stays exact */
     case VCATTN_V_FP8_CHANNEL: fp8_values_per_channel(op->val, n, d, op); break;
     case VCATTN_V_FP8_BLOCK: fp8_values_per_tile(op->val, n, d, op); break;
     case VCATTN_V_NVFP4: nvfp4_values(op->val, n, d, op); break;
     }
+    for (int64_t i = 0; i < d; i++) op->chan_mul[i] = op->chan_mul[i] * vcattn_pow2f(exp2_of[i]);
     return VCATTN_OK;
 }

@@ -41,9 +41,24 @@ static void rope_row_f64(double *x, int64_t d, const float *cos_tab, const float
     }
 }
 
+/* The shape rules of vcattn_attention that the loops below rely on. */
+static vcattn_status check_shapes(const vcattn_tensor *q, const vcattn_tensor *k, const vcattn_tensor *v) {
+    const vcattn_tensor *all[3] = {q, k, v};
+    for (int i = 0; i < 3; i++)
+        if (all[i] && (all[i]->batch <= 0 || all[i]->heads <= 0 || all[i]->tokens <= 0 || all[i]->head_dim <= 0))
+            return VCATTN_ERR_INVALID_ARGUMENT;
+    if (k->batch != q->batch || k->head_dim != q->head_dim || q->heads % k->heads != 0)
+        return VCATTN_ERR_SHAPE_MISMATCH;
+    if (v && (v->batch != k->batch || v->heads != k->heads || v->tokens != k->tokens || v->head_dim != k->head_dim))
+        return VCATTN_ERR_SHAPE_MISMATCH;
+    return VCATTN_OK;
+}
+
 vcattn_status vcattn_reference_rows(const vcattn_tensor *q, const vcattn_tensor *k,
                                     const vcattn_tensor *v, const vcattn_rope *rope, float sm_scale,
                                     vcattn_row_visitor visit, void *ctx) {
+    vcattn_status st = check_shapes(q, k, v);
+    if (st) return st;
     const int64_t B = q->batch, Hq = q->heads, Hkv = k->heads, Nq = q->tokens, Nk = k->tokens;
     const int64_t D = q->head_dim, group = Hq / Hkv;
     const double scale = sm_scale != 0.0f ? (double)sm_scale : 1.0 / sqrt((double)D);

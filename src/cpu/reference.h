@@ -7,8 +7,10 @@
 #include "vcattn.h"
 
 /* out: double [B][Hq][Nq][D]; lse (optional): double [B][Hq][Nq], natural log.
- * sm_scale 0 means 1/sqrt(D). Shapes as in vcattn_attention; no validation
- * beyond what the caller did. Multi-threaded over rows. */
+ * sm_scale 0 means 1/sqrt(D). Shapes as in vcattn_attention: a size that
+ * is not positive gives VCATTN_ERR_INVALID_ARGUMENT, shapes that disagree
+ * VCATTN_ERR_SHAPE_MISMATCH, before anything is read. Strides, dtypes and
+ * values are the caller's to check. Multi-threaded over rows. */
 vcattn_status vcattn_reference_attention(const vcattn_tensor *q, const vcattn_tensor *k,
                                          const vcattn_tensor *v, const vcattn_rope *rope,
                                          float sm_scale, double *out, double *lse);

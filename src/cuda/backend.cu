@@ -297,7 +297,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         qh * QT * VC_Q_ROWS * D, qh * QT * VC_Q_ROWS * 4, qh * Nq * 4,            // q codes, scales, lse shift
         kvh * T * VC_KV_ROWS * D, kvh * T * 16,                                   // k codes, scales
         kvh * T * vc_v_record_bytes((uint32_t)D), mean_images * vc_mean_image_bytes((uint32_t)D),
-        2 * kvh * T * D * 4, 2 * kvh * D * 4,
+        3 * kvh * T * D * 4, 3 * kvh * D * 4,
         qs ? qh * D * 4 : 0, qs ? q_partials * 8 : 0, qs ? qh * T * VC_KV_ROWS * 4 : 0};  // Q smoothing
     size_t total = 0;
     for (size_t sz : sizes) total += (sz + 255) & ~size_t(255);
@@ -328,9 +328,11 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     op->v_records = cs.take<uint8_t>(kvh * T * vc_v_record_bytes((uint32_t)D));
     op->v_mean_images = mean_images ? cs.take<uint8_t>(mean_images * vc_mean_image_bytes((uint32_t)D)) : nullptr;
     op->tile_mean = cs.take<float>(kvh * T * D);
-    float *tile_amax = cs.take<float>(kvh * T * D);
+    float *tile_hi = cs.take<float>(kvh * T * D);
+    float *tile_lo = cs.take<float>(kvh * T * D);
     float *chan_inv = cs.take<float>(kvh * D);
     op->chan_mul = cs.take<float>(kvh * D);
+    float *chan_pre = cs.take<float>(kvh * D);
     float *qmean = qs ? cs.take<float>(qh * D) : nullptr;
     double *qpartials = qs ? cs.take<double>(q_partials) : nullptr;
     op->key_bias = qs ? cs.take<float>(qh * T * VC_KV_ROWS) : nullptr;
@@ -374,9 +376,9 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         (err = quantize_q(in.q, in.qrope, cq, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
                           op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, max_norm,
                           qmean, cs.stream)) ||
-        (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * 1.4426950408889634f, ck, cs.stream))) ||
-        (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->tile_mean, tile_amax, chan_inv, op->chan_mul,
-                          op->v_records, op->v_mean_images, cs.stream)))
+        (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * 1.4426950408889634f, cfg->hadamard, ck, cs.stream))) ||
+        (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->tile_mean, tile_hi, tile_lo, chan_inv,
+                          op->chan_mul, chan_pre, op->v_records, op->v_mean_images, cs.stream)))
         return cs.cuda_fail(err, "quantization");
     return VCATTN_OK;
 }
@@ -393,6 +395,10 @@ vcattn_status check_flag(call_state &cs, const vcattn_config *cfg, const operand
         return cs.cuda_fail(err, "non-finite check");
     if (found & 1)
         return vcattn_fail(cs.ctx, VCATTN_ERR_NONFINITE_INPUT, "q, k, v or the rope tables contain NaN or Inf");
+    if (found & 4)
+        return vcattn_fail(cs.ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "the Hadamard rotation would overflow float32: a row's norm after RoPE and smoothing, "
+                           "times 2 sqrt(D), passes the float maximum");
     if (found & 2)
         return vcattn_fail(cs.ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "scores could pass %g (log2 units, from |q| and |k| after RoPE and smoothing): "

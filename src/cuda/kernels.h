@@ -54,17 +54,18 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
                        float *lse_shift, float *max_norm, const float *qmean, cudaStream_t stream);
 
 // The check's bound on the scores from max_norm[0] (q) and [1] (k): flag bit 2
-// when they could pass VCATTN_MAX_SCORE_LOG2 (score_mul = sm_scale log2 e).
-cudaError_t check_score_bound(const float *max_norm, float score_mul, const quant_common &c,
+// when they could pass VCATTN_MAX_SCORE_LOG2 (score_mul = sm_scale log2 e),
+// bit 4 when, with the Hadamard on, a row's rotation could overflow float32.
+cudaError_t check_score_bound(const float *max_norm, float score_mul, int hadamard, const quant_common &c,
                               cudaStream_t stream);
 
 // V: gather by perm (may be NULL), block means (when demean; 0 for a block
 // the sink guard keeps, as the CPU decides), per-channel E4M3 residual
 // written transposed with the block means; with mean_images (or NULL) the
-// means also as the mean wgmma's images. Workspace: T*D floats x 2.
+// means also as the mean wgmma's images. Workspace: T*D floats x 3, D x 3.
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean, float sink_guard,
-                       float *tile_mean, float *tile_amax, float *chan_inv, float *chan_mul,
-                       uint8_t *records, uint8_t *mean_images, cudaStream_t stream);
+                       float *tile_mean, float *tile_hi, float *tile_lo, float *chan_inv, float *chan_mul,
+                       float *chan_pre, uint8_t *records, uint8_t *mean_images, cudaStream_t stream);
 
 // k-means over the value tokens of each (batch, head), then the stable
 // counting sort of the labels. centroids [B*H][k][D] hold the start on entry.

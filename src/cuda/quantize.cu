@@ -10,6 +10,7 @@
 #include "../formats/formats.h"
 
 #include <cuda_fp16.h>
+#include <float.h>
 
 namespace {
 
@@ -386,16 +387,16 @@ struct v_args {
     const int32_t *perm;
     int demean;
     float sink_guard;
-    float *tile_mean, *tile_amax, *chan_inv, *chan_mul;
+    float *tile_mean, *tile_hi, *tile_lo, *chan_inv, *chan_mul, *chan_pre;
     uint8_t *records;
     uint8_t *mean_images;  // or NULL (operand_layout.h)
 };
 
-// The tile's block mean (double, row order, as the CPU) and the amax of the
-// residual per channel, from one read of the rows: with RN monotone,
-// max |RN(x - mean)| = max(RN(max x - mean), RN(mean - min x)). The sink
-// guard zeroes the mean of a tile holding a token of squared norm below
-// sink_guard^2 |mean|^2, with the CPU's double sums in the CPU's order.
+// The tile's block mean (double, row order, as the CPU) and the range of
+// each channel, from one read of the rows (v_scales_kernel turns them into
+// the residual's amax). The sink guard zeroes the mean of a tile holding a
+// token of squared norm below sink_guard^2 |mean|^2, with the CPU's double
+// sums in the CPU's order.
 __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     extern __shared__ float rows[];  // [128][D + 4]
     __shared__ float mean_s[kMaxHeadDim], hi_s[kMaxHeadDim], lo_s[kMaxHeadDim];
@@ -440,23 +441,39 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
         const float mean = sink ? 0.0f : mean_s[ch];
         const int64_t at = (head * gridDim.x + tile) * d + ch;
         a.tile_mean[at] = mean;
-        a.tile_amax[at] = fmaxf(fmaxf(hi_s[ch] - mean, mean - lo_s[ch]), 0.0f);
+        a.tile_hi[at] = hi_s[ch];
+        a.tile_lo[at] = lo_s[ch];
     }
 }
 
-// Per channel: scale = max(amax, max|mean| / 128) / 448 (docs/formats.md).
+// Per channel: the power-of-two pre-scale of a channel near the float
+// maximum (vcattn_v_prescale_exp; 1 elsewhere), the block means scaled by it
+// in place, and scale = max(amax, max|mean| / 128) / 448 (docs/formats.md)
+// of the scaled residual, whose amax is, with RN monotone,
+// max(RN(RN(max x pre) - mean), RN(mean - RN(min x pre))), as the CPU.
 __global__ void v_scales_kernel(v_args a, int tiles) {
     const int64_t head = blockIdx.x;
     const int ch = threadIdx.x, d = a.c.head_dim;
+    float raw = 0.0f;
+    for (int t = 0; t < tiles; t++) {
+        const int64_t at = (head * tiles + t) * d + ch;
+        raw = fmaxf(raw, fmaxf(fabsf(a.tile_hi[at]), fabsf(a.tile_lo[at])));
+    }
+    const int k = vcattn_v_prescale_exp(raw);
+    const float pre = vcattn_pow2f(-k);
     float amax = 0.0f, mean_amax = 0.0f;
     for (int t = 0; t < tiles; t++) {
-        amax = fmaxf(amax, a.tile_amax[(head * tiles + t) * d + ch]);
-        mean_amax = fmaxf(mean_amax, fabsf(a.tile_mean[(head * tiles + t) * d + ch]));
+        const int64_t at = (head * tiles + t) * d + ch;
+        const float mean = a.tile_mean[at] * pre;
+        a.tile_mean[at] = mean;
+        amax = fmaxf(amax, fmaxf(fmaxf(a.tile_hi[at] * pre - mean, mean - a.tile_lo[at] * pre), 0.0f));
+        mean_amax = fmaxf(mean_amax, fabsf(mean));
     }
     amax = fmaxf(amax, mean_amax / 128.0f);
     float scale;
     a.chan_inv[head * d + ch] = vcattn_e4m3_scale(amax, &scale);
-    a.chan_mul[head * d + ch] = scale;
+    a.chan_mul[head * d + ch] = scale * vcattn_pow2f(k);
+    a.chan_pre[head * d + ch] = pre;
 }
 
 // Tile `tile`'s words of its group's mean image: (mu, mu) in FP16 per channel,
@@ -491,7 +508,7 @@ __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
     const int tiles = gridDim.x, n0 = tile * VC_KV_ROWS;
     const int count = min(VC_KV_ROWS, a.c.tokens - n0);
     const float *mean = a.tile_mean + (head * tiles + tile) * d;
-    const float *inv = a.chan_inv + head * d;
+    const float *inv = a.chan_inv + head * d, *pre = a.chan_pre + head * d;
     load_tile(a.v, a.c, b, h, a.perm, n0, count, rows, ld);
     __syncthreads();
     uint8_t *rec = a.records + (head * tiles + tile) * (int64_t)vc_v_record_bytes(d);
@@ -502,7 +519,7 @@ __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
         vc_tile_coords(c * 16, vt_rows, &row, &col);
         uint4 chunk = make_uint4(0x38383838u, 0x38383838u, 0x38383838u, 0x38383838u);  // ones rows: E4M3 1.0
         if (row < (uint32_t)d) {
-            const float mu = mean[row], scale = inv[row];
+            const float mu = mean[row], scale = inv[row], p = pre[row];
             uint32_t w[4];
 #pragma unroll
             for (int q = 0; q < 4; q++) {
@@ -510,7 +527,7 @@ __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const uint32_t token = col + vc_sigma(4 * q + e);  // col is a multiple of 16
-                    f[e] = (int)token < count ? (rows[token * ld + row] - mu) * scale : 0.0f;
+                    f[e] = (int)token < count ? (rows[token * ld + row] * p - mu) * scale : 0.0f;
                 }
                 w[q] = cvt_e4m3x2(f[0], f[1]) | (cvt_e4m3x2(f[2], f[3]) << 16);
             }
@@ -525,8 +542,12 @@ __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
 }
 
 // The check's score bound: |q| |k| sm_scale log2(e) beyond what float32
-// softmax resolves sets flag bit 2 (the attention kernel then writes nothing).
-__global__ void score_bound_kernel(const float *max_norm, float score_mul, quant_common c) {
+// softmax resolves sets flag bit 2, a row norm whose Hadamard could overflow
+// (2 sqrt(D) |x| past the float maximum, as the CPU) bit 4; the attention
+// kernel then writes nothing.
+__global__ void score_bound_kernel(const float *max_norm, float score_mul, int hadamard, quant_common c) {
+    if (hadamard && fmax((double)max_norm[0], (double)max_norm[1]) * 2.0 * sqrt((double)c.head_dim) > FLT_MAX)
+        atomicOr(c.error_flag, 4);
     if ((double)max_norm[0] * (double)max_norm[1] * (double)score_mul > VCATTN_MAX_SCORE_LOG2)
         atomicOr(c.error_flag, 2);
 }
@@ -568,9 +589,9 @@ static cudaError_t launch_rows(bool is_key, const row_args &a, int tiles, cudaSt
     return cudaGetLastError();
 }
 
-cudaError_t check_score_bound(const float *max_norm, float score_mul, const quant_common &c,
+cudaError_t check_score_bound(const float *max_norm, float score_mul, int hadamard, const quant_common &c,
                               cudaStream_t stream) {
-    score_bound_kernel<<<1, 1, 0, stream>>>(max_norm, score_mul, c);
+    score_bound_kernel<<<1, 1, 0, stream>>>(max_norm, score_mul, hadamard, c);
     return cudaGetLastError();
 }
 
@@ -593,10 +614,12 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
 }
 
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean,
-                       float sink_guard, float *tile_mean, float *tile_amax, float *chan_inv, float *chan_mul,
-                       uint8_t *records, uint8_t *mean_images, cudaStream_t stream) {
+                       float sink_guard, float *tile_mean, float *tile_hi, float *tile_lo, float *chan_inv,
+                       float *chan_mul, float *chan_pre, uint8_t *records, uint8_t *mean_images,
+                       cudaStream_t stream) {
     const int tiles = (c.tokens + VC_KV_ROWS - 1) / VC_KV_ROWS;
-    v_args a = {v, c, perm, demean, sink_guard, tile_mean, tile_amax, chan_inv, chan_mul, records, mean_images};
+    v_args a = {v, c, perm, demean, sink_guard, tile_mean, tile_hi, tile_lo, chan_inv, chan_mul, chan_pre,
+                records, mean_images};
     const dim3 grid(tiles, c.heads, c.batch);
     const int smem = VC_KV_ROWS * (c.head_dim + 4) * (int)sizeof(float);
     cudaError_t err;

@@ -55,6 +55,21 @@ VCATTN_HD float vcattn_e4m3_scale(float amax, float *scale) {
     return inv;
 }
 
+/* V channels whose amax reaches 2^65 are scaled by 2^-k before demeaning
+ * and quantizing (k >= 1 brings the amax into [2^64, 2^65)), so the residual
+ * x - mean (up to twice the amax) stays finite; 2^k goes into the channel's
+ * dequantization multiplier. k = 0 below 2^65: ordinary values are not
+ * touched. amax is finite and >= 0. */
+VCATTN_HD int vcattn_v_prescale_exp(float amax) {
+    const int biased = (int)((vcattn_f32_bits(amax) >> 23) & 0xffu);
+    return biased > 127 + 64 ? biased - (127 + 64) : 0;
+}
+
+/* 2^k as a float for k in [-126, 127]. */
+VCATTN_HD float vcattn_pow2f(int k) {
+    return vcattn_f32_from_bits((uint32_t)(127 + k) << 23);
+}
+
 VCATTN_HD float vcattn_round_e4m3(float x) {
     return vcattn_e4m3_decode(vcattn_e4m3_encode(x));
 }

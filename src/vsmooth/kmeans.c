@@ -44,7 +44,7 @@ int vsmooth_init_rows(int64_t n, int k, uint64_t seed, uint64_t stream, int32_t 
 
 void vsmooth_init_centroids(const float *x, int64_t n, int64_t d, int k, uint64_t seed,
                             uint64_t stream, float *centroids) {
-    int32_t rows[4096];  /* k <= 4096, the config's limit */
+    int32_t rows[VCATTN_MAX_KMEANS_CLUSTERS];  /* k within the config's bound */
     vsmooth_init_rows(n, k, seed, stream, rows);
     for (int c = 0; c < k; c++)
         memcpy(centroids + (int64_t)c * d, x + (int64_t)rows[c] * d, (size_t)d * sizeof(float));

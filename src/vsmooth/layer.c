@@ -38,7 +38,7 @@ void vcattn_layer_destroy(vcattn_layer *l) {
 
 vcattn_status vcattn_layer_set_step(vcattn_layer *l, int step) {
     if (!l) return VCATTN_ERR_NULL_POINTER;
-    if (step < 0) return VCATTN_ERR_INVALID_ARGUMENT;
+    if (step < 0 || step >= l->num_steps) return VCATTN_ERR_INVALID_ARGUMENT;
     l->step = step;
     return VCATTN_OK;
 }

@@ -7,7 +7,11 @@
  *   - on error nothing is written to out or lse;
  *   - on success nothing outside the views is written, and with finite
  *     moderate inputs every output is finite;
- *   - NaN or Inf in the inputs with check_finite on is always an error.
+ *   - NaN or Inf in the inputs with check_finite on is always an error;
+ *   - finite inputs of any magnitude (+-3e38 V blocks with mixed signs
+ *     among them) accepted with the check on give no NaN;
+ *   - an out view whose heads overlap, and config fields past their
+ *     bounds, are refused.
  * A broken promise aborts (libFuzzer reports it with the input). Run through
  * tests/fuzz/run_fuzz.sh (ASan + UBSan). */
 #include "vcattn.h"
@@ -42,7 +46,9 @@ static void promise(int ok, const char *what) {
 }
 
 static float value_of(bytes *b, int *nonfinite, int *huge) {
-    switch (take(b, 16)) {  /* an exhausted input gives ordinary values */
+    switch (take(b, 18)) {  /* an exhausted input gives ordinary values */
+    case 17: *huge = 1; return -3.4028235e38f;  /* the float maximum */
+    case 16: return 1.1754944e-38f;         /* the smallest normal */
     case 15: *nonfinite = 1; return NAN;
     case 14: *nonfinite = 1; return INFINITY;
     case 13: *nonfinite = 1; return -INFINITY;
@@ -64,6 +70,17 @@ static int finite_elem(const uint8_t *e, vcattn_dtype dt) {
     uint16_t h;
     memcpy(&h, e, 2);
     return dt == VCATTN_DTYPE_BF16 ? ((h >> 7) & 0xffu) != 0xffu : ((h >> 10) & 0x1fu) != 0x1fu;
+}
+
+static int nan_elem(const uint8_t *e, vcattn_dtype dt) {
+    if (dt == VCATTN_DTYPE_F32) {
+        float x;
+        memcpy(&x, e, 4);
+        return isnan(x);
+    }
+    uint16_t h;
+    memcpy(&h, e, 2);
+    return dt == VCATTN_DTYPE_BF16 ? (h & 0x7fffu) > 0x7f80u : (h & 0x7fffu) > 0x7c00u;
 }
 
 /* A view of `count` logical elements inside a buffer with guard bytes after it. */
@@ -90,7 +107,25 @@ static int make_view(view *v, vcattn_dtype dt, int64_t b, int64_t h, int64_t n, 
     return 1;
 }
 
-static void fill(view *v, bytes *b, int *nonfinite, int *huge) {
+/* huge_mixed > 0: every value +-3e38 (bf16 and float32 hold it), the signs
+ * a pattern of few input bytes: 1 scattered by a seeded hash, 2 one token
+ * positive in a sea of negatives (the V blocks whose demeaned residual once
+ * overflowed), 3 alternating channels. */
+static float huge_value(int pattern, uint32_t seed, int64_t token, int64_t c, int64_t i) {
+    int neg;
+    if (pattern == 1) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        neg = (int)((h ^ (h >> 15)) * 2246822519u >> 31);
+    } else if (pattern == 2) {
+        neg = token % 128 != seed % 128;
+    } else {
+        neg = (int)(c & 1);
+    }
+    return neg ? -3.0e38f : 3.0e38f;
+}
+
+static void fill(view *v, bytes *b, int *nonfinite, int *huge, int huge_mixed) {
+    const uint32_t seed = huge_mixed ? take(b, 256) : 0;
     const vcattn_tensor *t = &v->t;
     if (t->batch * t->heads * t->tokens * t->head_dim > MAX_ELEMS || t->stride_token < 0 || t->stride_head <= 0)
         return;
@@ -100,7 +135,7 @@ static void fill(view *v, bytes *b, int *nonfinite, int *huge) {
                 for (int64_t c = 0; c < t->head_dim; c++) {
                     int64_t at = ib * t->stride_batch + ih * t->stride_head + in * t->stride_token + c;
                     if ((size_t)(at + 1) * elem_size(t->dtype) > v->bytes - 64) continue;
-                    float x = value_of(b, nonfinite, huge);
+                    float x = huge_mixed ? huge_value(huge_mixed, seed, in, c, at) : value_of(b, nonfinite, huge);
                     if (t->dtype == VCATTN_DTYPE_F32) {
                         memcpy(v->buf + at * 4, &x, 4);
                     } else {
@@ -135,17 +170,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int nhd = take(&in, 2), pad = (int)take(&in, 3) * 8;
     const int bad = take(&in, 16) == 0 ? 1 + (int)take(&in, 2) : 0;
 
+    const int out_overlap = take(&in, 16) == 0 && hq > 1;  /* out heads on top of each other */
+    if (take(&in, 16) == 0) cfg.num_threads = take(&in, 2) ? VCATTN_MAX_THREADS + 1 : 100000;
+    if (take(&in, 16) == 0) cfg.kmeans_iters = VCATTN_MAX_KMEANS_ITERS + 1 + (int)take(&in, 200);
+
     view q, k, v, out;
     memset(&q, 0, sizeof q); memset(&k, 0, sizeof k); memset(&v, 0, sizeof v); memset(&out, 0, sizeof out);
     if (!make_view(&q, dt, b, hq, nq, d, nhd, pad, bad) || !make_view(&k, dt, b, hkv, nk, d, nhd, pad, 0) ||
-        !make_view(&v, dt, b, hkv, nk, d, nhd, pad, 0) || !make_view(&out, dt, b, hq, nq, d, nhd, pad, 0))
+        !make_view(&v, dt, b, hkv, nk, d, nhd, pad, 0) ||
+        !make_view(&out, dt, b, hq, nq, d, nhd, pad, out_overlap ? 2 : 0))
         goto done;
     if (take(&in, 16) == 0) out.t.tokens = nq + 1;  /* shape mismatch */
 
     int nonfinite = 0, huge = 0;
-    fill(&q, &in, &nonfinite, &huge);
-    fill(&k, &in, &nonfinite, &huge);
-    fill(&v, &in, &nonfinite, &huge);
+    const int huge_v = dt != VCATTN_DTYPE_F16 && take(&in, 8) == 0 ? 1 + (int)take(&in, 3) : 0;
+    fill(&q, &in, &nonfinite, &huge, 0);
+    fill(&k, &in, &nonfinite, &huge, 0);
+    fill(&v, &in, &nonfinite, &huge, huge_v);
 
     const int want_lse = take(&in, 2);
     const size_t lse_count = (size_t)(b * hq * nq);
@@ -159,7 +200,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         tab = malloc((size_t)(rows * d) * sizeof(float));
         if (tab) {
             for (int64_t i = 0; i < rows * d; i++) tab[i] = cosf((float)i * 0.37f);
-            if (take(&in, 32) == 0) tab[take(&in, (unsigned)(rows * d / 2))] = NAN, nonfinite = 1;
+            if (take(&in, 32) == 31) tab[take(&in, (unsigned)(rows * d / 2))] = NAN, nonfinite = 1;  /* not on an exhausted input */
             rope = (vcattn_rope){take(&in, 2) ? VCATTN_ROPE_HALF_SPLIT : VCATTN_ROPE_INTERLEAVED,
                                  tab, tab + rows * d / 2, tab, tab + rows * d / 2};
             ropep = &rope;
@@ -181,6 +222,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     vcattn_status st = vcattn_attention(ctx, &cfg, &q.t, &k.t, &v.t, &out.t, lse, ropep, layer);
     promise(st >= 0 && st < VCATTN_STATUS_COUNT, "status in range");
     promise(vcattn_status_string(st) != NULL, "status string");
+    promise(!(st == VCATTN_OK && out_overlap), "an out view whose heads overlap refused");
+    promise(!(st == VCATTN_OK && (cfg.num_threads > VCATTN_MAX_THREADS || cfg.kmeans_iters > VCATTN_MAX_KMEANS_ITERS)),
+            "config fields past their bounds refused");
     if (st != VCATTN_OK) {
         promise(vcattn_last_error(ctx)[0] != '\0', "an error has a message");
         promise(memcmp(out_before, out.buf, out.bytes) == 0, "nothing written to out on error");
@@ -195,7 +239,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const uint8_t *l = (const uint8_t *)(lse + lse_count);
             for (size_t i = 0; i < 4 * sizeof(float); i++) promise(l[i] == GUARD, "no write past lse");
         }
-        if (!nonfinite && !huge) {
+        if (!nonfinite && cfg.check_finite) {  /* finite inputs, any magnitude: never NaN */
+            const vcattn_tensor *t = &out.t;
+            const size_t es = elem_size(t->dtype);
+            for (int64_t ib = 0; ib < t->batch; ib++)
+                for (int64_t ih = 0; ih < t->heads; ih++)
+                    for (int64_t in2 = 0; in2 < t->tokens; in2++)
+                        for (int64_t c = 0; c < t->head_dim; c++) {
+                            const uint8_t *e = out.buf + es * (size_t)(ib * t->stride_batch + ih * t->stride_head +
+                                                                      in2 * t->stride_token + c);
+                            promise(!nan_elem(e, t->dtype), "no NaN output for finite inputs accepted");
+                        }
+        }
+        if (!nonfinite && !huge && !huge_v) {
             const vcattn_tensor *t = &out.t;
             const size_t es = elem_size(t->dtype);
             for (int64_t ib = 0; ib < t->batch; ib++)
