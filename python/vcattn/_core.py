@@ -63,6 +63,14 @@ def config(method="vc", sm_scale=None, check_finite=True, **switches):
     return cfg
 
 
+def reuse_only(cfg):
+    """cfg changed so that a layer that has a grouping reuses it (demeaned)
+    instead of grouping again: no step is in the grouping window."""
+    cfg.group_window = 0.0
+    cfg.demean_outside_window = 1
+    return cfg
+
+
 def check_step(step, num_inference_steps):
     """step as an int inside [0, num_inference_steps), or a ValueError naming both."""
     step = int(step)

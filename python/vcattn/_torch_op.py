@@ -21,12 +21,15 @@ def _desc(t, layout):
 
 @torch.library.custom_op("vcattn::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, sm_scale: float,
-                 method: str, layer: int, check_finite: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                 method: str, layer: int, check_finite: bool,
+                 reuse_grouping: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     b, hq, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "HND" else (q.shape[0], q.shape[2], q.shape[1])
     lse = torch.empty((b, hq, nq), dtype=torch.float32, device=q.device)
     cfg = _core.config(method, sm_scale if sm_scale > 0 else None, check_finite)
+    if reuse_grouping:
+        cfg = _core.reuse_only(cfg)
     if q.is_cuda:
         ctx = _core._context(_capi.BACKEND_CUDA)
         with torch.cuda.device(q.device):
@@ -41,13 +44,15 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
 
 
 @attention_op.register_fake
-def _(q, k, v, layout, sm_scale, method, layer, check_finite):
+def _(q, k, v, layout, sm_scale, method, layer, check_finite, reuse_grouping=False):
     b, hq, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "HND" else (q.shape[0], q.shape[2], q.shape[1])
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             q.new_empty((b, hq, nq), dtype=torch.float32))
 
 
-def attention(q, k, v, tensor_layout, sm_scale, method, state, check_finite):
+def attention(q, k, v, tensor_layout, sm_scale, method, state, check_finite, reuse_grouping=False):
+    """reuse_grouping: the layer already grouped at this step (another pass of
+    the same step, e.g. classifier-free guidance): reuse its permutation."""
     if not (q.device == k.device == v.device):
         raise ValueError("vcattn: q, k, v are on different devices (%s, %s, %s)" % (q.device, k.device, v.device))
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in _DTYPES:
@@ -65,7 +70,8 @@ def attention(q, k, v, tensor_layout, sm_scale, method, state, check_finite):
         pad = min(x for x in _core._GPU_HEAD_DIMS if x > d) - d
         q, k, v = (torch.nn.functional.pad(t, (0, pad)) for t in (q, k, v))
     out, lse = torch.ops.vcattn.attention(q, k, v, tensor_layout, float(scale), method,
-                                          state.handle if state is not None else 0, bool(check_finite))
+                                          state.handle if state is not None else 0, bool(check_finite),
+                                          bool(reuse_grouping))
     if pad:
         out = out[..., :d]
     return out, lse
