@@ -22,12 +22,13 @@ transformer receives (a new value is a new step; per-token timestep tensors
 count by their values). The passes of one step (classifier-free guidance run
 as two calls) share one grouping: a refresh step groups once.
 
-What runs where (a one-time warning names each fallback when it happens):
+What runs where:
 - self-attention and joint text+video attention (query and key of one length): vcattn;
-- cross-attention (keys of another length, e.g. the text): diffusers' SDPA;
+- cross-attention (keys of another length, e.g. the text): diffusers' SDPA, by design;
 - masks that hide keys only (padding masks, [B, Nk] or [B, 1, 1, Nk], bool or
   0/-inf): vcattn on the kept keys, exact; any other mask, causal calls,
-  dropout: SDPA (V-Smooth reorders the keys, so a general mask cannot follow).
+  dropout: SDPA with a one-time warning (V-Smooth reorders the keys, so a
+  general mask cannot follow).
 - CogVideoX and Mochi processors call torch SDPA directly, not the dispatcher:
   no backend reaches them, so `enable` refuses them with that reason.
 """
