@@ -24,7 +24,7 @@ def main():
 
     vae = AutoencoderKLWan.from_pretrained(args.model, subfolder="vae", torch_dtype=torch.float32)
     pipe = WanPipeline.from_pretrained(args.model, vae=vae, torch_dtype=torch.bfloat16).to("cuda")
-    vcattn.diffusers.enable(pipe, num_inference_steps=args.steps, method=args.method)  # (2)
+    vcattn.diffusers.enable(pipe, method=args.method)  # (2) the step count comes from the pipeline
     frames = pipe(prompt=args.prompt, height=480, width=832, num_frames=81,
                   num_inference_steps=args.steps, guidance_scale=5.0).frames[0]
     vcattn.diffusers.disable(pipe)  # (3) optional: back to diffusers' attention

@@ -1,86 +1,240 @@
-"""vcattn.diffusers on a tiny random WanTransformer3DModel (exits 77 when torch
-or diffusers is missing): every self-attention routed, cross-attention
-untouched, outputs close to SDPA, disable() restores the exact original
-outputs, the step follows the timesteps, bad use is refused. CPU backend by
-default; VCATTN_TEST_DEVICE=cuda runs the same checks on the GPU."""
+"""vcattn.diffusers as a diffusers attention backend, on tiny random Wan
+transformers and pipelines (exits 77 when torch or diffusers is missing):
+the diffusers internals the registration relies on (a clear failure when they
+move), set_attention_backend("vcattn"), every self-attention routed and
+cross-attention left on SDPA, outputs close to SDPA and disable() exact, the
+step from the timesteps (guidance passes share one, per-token timesteps, more
+steps than announced), masks and causal calls, and whole WanPipeline runs:
+40 steps with guidance group exactly on the schedule's steps, Wan2.2-A14B's
+two experts, TI2V's per-token timesteps. CPU backend by default;
+VCATTN_TEST_DEVICE=cuda runs the same checks on the GPU."""
 import os
 import sys
+import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import check, finish, raises, skip  # noqa: E402
+
 try:
     import torch
     from diffusers import WanTransformer3DModel
+    from diffusers.models import attention_dispatch as ad
 except ImportError as e:
-    print("test_diffusers: SKIPPED, %s" % e)
-    sys.exit(77)
+    skip("test_diffusers", "needs torch and diffusers (%s)" % e)
 
+import vcattn._torch_op as op  # noqa: E402
 import vcattn.diffusers as vd  # noqa: E402
-from harness import check, finish  # noqa: E402
 
 device = os.environ.get("VCATTN_TEST_DEVICE", "cpu")
 if device == "cuda" and not torch.cuda.is_available():
-    print("test_diffusers: SKIPPED, no CUDA device")
-    sys.exit(77)
+    skip("test_diffusers", "no CUDA device")
+name = "test_diffusers (%s)" % device
+
+calls = []
+_original_op = op.attention
+
+
+def counted(*a, **k):
+    switches = a[8] if len(a) > 8 else k.get("switches", {})
+    calls.append(switches == vd._REUSE_GROUPING)  # True: a pass that reuses its step's grouping
+    return _original_op(*a, **k)
+
+
+op.attention = counted  # counts what really reaches the vcattn kernel
+
+# ---- the diffusers internals the backend registration relies on
+member = ad.AttentionBackendName._value2member_map_.get("vcattn")
+check(member is not None and ad.AttentionBackendName("vcattn") is member,
+      "diffusers changed: AttentionBackendName('vcattn') does not give the member vcattn added")
+check("vcattn" in {x.value for x in ad.AttentionBackendName.__members__.values()},
+      "diffusers changed: set_attention_backend() checks AttentionBackendName.__members__, vcattn is not there")
+check(ad._AttentionBackendRegistry._backends.get(member) is vd.attention_backend,
+      "diffusers changed: _AttentionBackendRegistry._backends has no vcattn entry")
+check({"query", "key", "value", "attn_mask", "is_causal", "scale", "return_lse"}
+      <= set(ad._AttentionBackendRegistry._supported_arg_names.get(member, ())),
+      "diffusers changed: the dispatcher would drop arguments vcattn needs")
+check(vd.register() is member, "register() is not idempotent")
+q = torch.randn(1, 64, 2, 32, device=device)
+del calls[:]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    out = ad.dispatch_attention_fn(q, q, q, backend=member)
+check(len(calls) == 1, "diffusers changed: dispatch_attention_fn(backend=vcattn) did not reach vcattn")
+check(any("outside vcattn.diffusers.enable" in str(w.message) for w in caught), "no warning for a stateless call")
+ref = ad.dispatch_attention_fn(q, q, q, backend=ad.AttentionBackendName.NATIVE)
+rel = ((out - ref).norm() / ref.norm()).item()
+check(0 < rel < 0.05, "dispatched vcattn vs SDPA: relative difference %.4f" % rel)
+# what a diffusers that moved these internals gets: the name of what is missing, not an AttributeError later
+saved = ad._AttentionBackendRegistry._supported_arg_names
+del ad._AttentionBackendRegistry._supported_arg_names
+raises(RuntimeError, vd._dispatcher, "_AttentionBackendRegistry._supported_arg_names", "moved internals")
+ad._AttentionBackendRegistry._supported_arg_names = saved
+
+# ---- a tiny Wan transformer
 torch.manual_seed(0)
-model = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=64,
-                              in_channels=16, out_channels=16, text_dim=32, freq_dim=32, ffn_dim=64,
-                              num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
-                              rope_max_seq_len=32).eval().to(device)
+
+
+def wan(layers=2):
+    return WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=64,
+                                 in_channels=16, out_channels=16, text_dim=32, freq_dim=32, ffn_dim=64,
+                                 num_layers=layers, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+                                 rope_max_seq_len=32).eval().to(device)
+
+
+model = wan()
 x, text = torch.randn(1, 16, 4, 16, 16, device=device), torch.randn(1, 12, 32, device=device)
 
 
 def forward(t):
     with torch.no_grad():
-        return model(x, timestep=torch.tensor([t], device=device), encoder_hidden_states=text,
-                     return_dict=False)[0]
+        timestep = t if isinstance(t, torch.Tensor) else torch.tensor([t], device=device)
+        return model(x, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
 
-
-calls = []
-original_backend = vd.attention_backend
-vd.attention_backend = lambda *a, **k: calls.append(1) or original_backend(*a, **k)
 
 ref = forward(999)
-cross = [type(b.attn2.processor) for b in model.blocks]
-session = vd.enable(model, num_inference_steps=4)
+del calls[:]
+model.set_attention_backend("vcattn")  # diffusers' own API, by name
+forward(999)
+check(len(calls) == len(model.blocks), "set_attention_backend('vcattn'): %d vcattn calls" % len(calls))
+model.reset_attention_backend()
+ad._AttentionBackendRegistry.set_active_backend(ad.AttentionBackendName.NATIVE)  # set_attention_backend set it
+check(torch.equal(forward(999), ref), "reset_attention_backend() did not restore SDPA")
+
+# ---- set_backend: layer states, steps, guidance passes
+stats0 = dict(vd.stats)
+del calls[:]
+handle = vd.set_backend(model, num_inference_steps=4)
 steps = []
-for t in (999, 999, 700, 400):  # two guidance passes share step 0
+for t in (999, 999, 700, 700, 400, 400):  # two guidance passes per step
     out = forward(t)
-    steps.append(session.step)
-    if t == 999 and len(steps) == 1:
+    steps.append(handle.step)
+    if len(steps) == 1:
         first = out
-check(len(calls) == 4 * len(model.blocks), "self-attention calls routed: %d" % len(calls))
-check(steps == [0, 0, 1, 2], "steps %s" % steps)
-check([type(b.attn2.processor) for b in model.blocks] == cross, "cross-attention processors changed")
+check(len(calls) == 6 * len(model.blocks), "self-attention calls routed: %d" % len(calls))
+check(vd.stats["sdpa:cross"] - stats0.get("sdpa:cross", 0) == 6 * len(model.blocks),
+      "cross-attention calls on SDPA: %d" % (vd.stats["sdpa:cross"] - stats0.get("sdpa:cross", 0)))
+check(steps == [0, 0, 1, 1, 2, 2], "steps %s" % steps)
+check(sorted(k[1] for k in handle.layers()) == ["blocks.%d.attn1" % i for i in range(len(model.blocks))],
+      "layer states keyed by module: %s" % sorted(handle.layers()))
+check([s for _, s, _ in handle.groupings] == [0] * len(model.blocks), "groupings %s" % handle.groupings)
+check(calls[len(model.blocks):2 * len(model.blocks)] == [True] * len(model.blocks),
+      "the second guidance pass of a grouping step did not reuse the grouping")
 cos = torch.nn.functional.cosine_similarity(first.flatten(), ref.flatten(), dim=0).item()
 check(cos > 0.99, "cosine to SDPA %.5f" % cos)
+for t in (300, 200, 100, 50):  # more steps than num_inference_steps: past the window, no error
+    forward(t)
+check(handle.step == 6, "step after 7 steps: %d" % handle.step)
+per_token = torch.full((1, 4 * 8 * 8), 20.0, device=device)
+per_token[:, :64] = 0  # TI2V: the first frame's tokens at timestep 0
+forward(per_token)
+check(handle.step == 7, "a per-token timestep tensor did not make a new step: %d" % handle.step)
 h = torch.randn(1, 256, 128, device=device)
 with torch.no_grad():
     routed = model.blocks[0].attn1(h)
-forward(999)  # a higher timestep starts a new generation
-check(session.step == 0, "new generation did not reset the step")
-try:
-    for t in (900, 800, 700, 600):
-        forward(t)
-    check(False, "a fifth step was accepted with num_inference_steps=4")
-except ValueError as e:
-    check("num_inference_steps" in str(e), str(e))
+forward(999)  # a higher timestep starts a new generation (bare transformer)
+check(handle.step == 0 and len(handle.groupings) == len(model.blocks), "new generation: step %d, groupings %s"
+      % (handle.step, handle.groupings))
+import ctypes  # noqa: E402
+from vcattn import _core  # noqa: E402
+state = next(iter(handle.layers().values()))  # step 0, grouped: a second pass must reuse, not regroup
+plans = [_core.lib().vcattn_layer_plan(state._handle, ctypes.byref(c)) for c in (_core.config("vc"),
+                                                                                  _core.config("vc", **vd._REUSE_GROUPING))]
+check(plans == [2, 3], "plans at a grouped step 0: %s, expected warm then reuse" % plans)
+raises(RuntimeError, lambda: vd.set_backend(model, num_inference_steps=4), "already enabled", "enabled twice")
 vd.disable(model)
 with torch.no_grad():
     plain = model.blocks[0].attn1(h)
 rel = ((routed - plain).norm() / plain.norm()).item()
 check(0 < rel < 0.05, "self-attention output vs SDPA: relative difference %.4f" % rel)
 check(torch.equal(forward(999), ref), "disable() did not restore the original outputs exactly")
-try:
-    vd.attention_backend(h.view(1, 256, 2, 64), h.view(1, 256, 2, 64), h.view(1, 256, 2, 64),
-                         attn_mask=torch.ones(256, 256, dtype=torch.bool, device=device))
-    check(False, "a mask was accepted")
-except ValueError as e:
-    check("mask" in str(e), str(e))
-try:
-    vd.enable(model, num_inference_steps=4, method="nope")
-    check(False, "unknown method accepted")
-except ValueError as e:
-    check("unknown method" in str(e), str(e))
+raises(ValueError, lambda: vd.set_backend(model, method="nope"), "unknown method", "unknown method")
+check(not vd._installed, "a refused set_backend stayed installed")
 
-finish("test_diffusers (%s)" % device)
+# ---- masks, causal calls, context parallelism (the backend called as the dispatcher calls it)
+qkv = [torch.randn(2, 256, 2, 64, device=device) for _ in range(3)]
+keep = torch.ones(2, 256, dtype=torch.bool, device=device)
+keep[1, 200:] = False  # padding keys in the second sample
+sdpa = ad._AttentionBackendRegistry._backends[ad.AttentionBackendName.NATIVE]
+for mask in (keep, keep[:, None, None, :], torch.zeros(2, 1, 1, 256, device=device).masked_fill(~keep[:, None, None],
+                                                                                                  float("-inf"))):
+    del calls[:]
+    got = vd.attention_backend(*qkv, attn_mask=mask)
+    want = sdpa(*qkv, attn_mask=mask)
+    rel = ((got - want).norm() / want.norm()).item()
+    check(len(calls) == 2 and 0 < rel < 0.05, "key-padding mask %s: %d vcattn calls, relative difference %.4f"
+          % (tuple(mask.shape), len(calls), rel))
+for label, kwargs, needle in (("general mask", dict(attn_mask=torch.rand(256, 256, device=device) > 0.5), "mask"),
+                              ("causal", dict(is_causal=True), "causal")):
+    del calls[:]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = vd.attention_backend(*qkv, **kwargs)
+    check(not calls and torch.equal(got, sdpa(*qkv, **kwargs)), "%s: not SDPA's exact output" % label)
+    check(any(needle in str(w.message) and "SDPA" in str(w.message) for w in caught), "%s: no warning" % label)
+raises(ValueError, lambda: vd.attention_backend(*qkv, _parallel_config=object()), "vcattn.parallel",
+       "context parallelism")
+
+# ---- whole pipelines (WanPipeline needs transformers for its imports)
+try:
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
+except ImportError as e:
+    print("%s: pipeline checks SKIPPED, WanPipeline unavailable (%s)" % (name, e))
+    finish(name)
+
+
+def pipeline(**kwargs):
+    pipe = WanPipeline(tokenizer=None, text_encoder=None, vae=None, scheduler=FlowMatchEulerDiscreteScheduler(),
+                       **kwargs)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def generate(pipe, steps, frames=5):
+    with torch.no_grad():
+        return pipe(prompt_embeds=text, negative_prompt_embeds=torch.randn_like(text), height=32, width=32,
+                    num_frames=frames, num_inference_steps=steps, guidance_scale=5.0, output_type="latent",
+                    generator=torch.Generator(device).manual_seed(0)).frames
+
+
+pipe = pipeline(transformer=model)
+handle = vd.enable(pipe)
+del calls[:]
+generate(pipe, 40)
+layers = len(model.blocks)
+check(len(calls) == 40 * 2 * layers, "40 steps with guidance: %d vcattn calls" % len(calls))
+check(handle.step == 39 and handle.num_inference_steps == 40, "step %d of %d" % (handle.step,
+                                                                                  handle.num_inference_steps))
+per_layer = {}
+for key, step, kind in handle.groupings:
+    per_layer.setdefault(key, []).append((step, kind))
+check(len(per_layer) == layers and all(g == [(0, "cold"), (4, "warm"), (8, "warm")] for g in per_layer.values()),
+      "40 steps with guidance grouped at %s (the schedule: steps 0, 4, 8, once each)" % per_layer)
+generate(pipe, 6)  # a new generation with another step count, from the scheduler
+check(handle.num_inference_steps == 6 and handle.step == 5, "second generation: step %d of %d"
+      % (handle.step, handle.num_inference_steps))
+vd.disable(pipe)
+
+# Wan2.2-A14B: two experts, one step count
+expert2 = wan()
+pipe = pipeline(transformer=model, transformer_2=expert2, boundary_ratio=0.5)
+handle = vd.enable(pipe)
+del calls[:]
+generate(pipe, 8)
+labels = {k[0] for k in handle.layers()}
+check(labels == {"transformer", "transformer_2"}, "A14B experts routed: %s" % labels)
+check(len(calls) == 8 * 2 * layers, "A14B: %d vcattn calls" % len(calls))
+late = [s.step for k, s in handle.layers().items() if k[0] == "transformer_2"]
+check(late and all(s == 7 for s in late), "the second expert's layers end at step %s, not the pipeline's 7" % late)
+check({(k[0], s) for k, s, _ in handle.groupings} == {("transformer", 0)}, "A14B groupings %s" % handle.groupings)
+vd.disable(pipe)
+
+# Wan2.2 TI2V: per-token timesteps from the pipeline
+pipe = pipeline(transformer=model, expand_timesteps=True)
+handle = vd.enable(pipe)
+generate(pipe, 6)
+check(handle.step == 5, "TI2V per-token timesteps: last step %d, expected 5" % handle.step)
+vd.disable(pipe)
+check(torch.equal(forward(999), ref), "disable(pipe) did not restore the original outputs exactly")
+
+finish(name)

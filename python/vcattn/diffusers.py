@@ -1,164 +1,441 @@
-"""vcattn in diffusers video transformers, in three lines:
+"""vcattn as a diffusers attention backend, for every model whose attention
+processors go through diffusers' dispatcher (`dispatch_attention_fn`): Wan
+2.1/2.2 (both A14B experts), HunyuanVideo, HunyuanVideo-1.5, LTX-Video,
+SkyReels-V2, Flux and the other AttentionModuleMixin models.
 
     import vcattn.diffusers
-    vcattn.diffusers.enable(pipe, num_inference_steps=40)   # every Wan self-attention
+    vcattn.diffusers.enable(pipe)                      # every transformer of the pipeline
     video = pipe(prompt, num_inference_steps=40).frames[0]
-    vcattn.diffusers.disable(pipe)                           # the original processors back
+    vcattn.diffusers.disable(pipe)                     # diffusers' own backends back
 
-Self-attention (`attn1` of every block) goes through vcattn; cross-attention to
-the text (and image) tokens stays on diffusers' own dispatcher (SDPA). The
-denoising step follows the `timestep` the transformer receives: a new value
-is a new step (the classifier-free-guidance passes of one step share it), a
-value above the previous one starts a new generation. One session serves all
-the transformers given (Wan2.2-A14B's two experts share the step count).
+    vcattn.diffusers.set_backend(transformer, num_inference_steps=40)   # a bare transformer
 
-How it routes: the Wan attention processor calls the module-level
-`dispatch_attention_fn` of `diffusers.models.transformers.transformer_wan`;
-while enabled, that name points at a router that sends the calls made by a
-vcattn-enabled self-attention processor to `attention_backend` and every
-other call to the original dispatcher.
+Importing this module adds "vcattn" to diffusers' `AttentionBackendName` and
+its backend registry, so `transformer.set_attention_backend("vcattn")` and
+`with attention_backend("vcattn"):` work too; those calls carry no per-layer
+state, so V-Smooth groups on every call (correct, slower). `enable` and
+`set_backend` add what the grouping schedule needs: a LayerState per
+attention module (found by module hooks, no user code) and the denoising
+step, read from the pipeline (its scheduler's timesteps: any number of steps,
+a new `set_timesteps` is a new generation) and from the timestep the
+transformer receives (a new value is a new step; per-token timestep tensors
+count by their values). The passes of one step (classifier-free guidance run
+as two calls) share one grouping: a refresh step groups once.
+
+What runs where:
+- self-attention and joint text+video attention (query and key of one length): vcattn;
+- cross-attention (keys of another length, e.g. the text): diffusers' SDPA, by design;
+- masks that hide keys only (padding masks, [B, Nk] or [B, 1, 1, Nk], bool or
+  0/-inf): vcattn on the kept keys, exact; any other mask, causal calls,
+  dropout: SDPA with a one-time warning (V-Smooth reorders the keys, so a
+  general mask cannot follow).
+- CogVideoX and Mochi processors call torch SDPA directly, not the dispatcher:
+  no backend reaches them, so `enable` refuses them with that reason.
 """
+import collections
+import ctypes
+import inspect
 import threading
+import warnings
 
 import torch
 
-import vcattn
+from . import _core, _torch_op
 
-from . import Session
+NAME = "vcattn"           # the backend's name in diffusers
+_MEMBER = "VCATTN"        # its AttentionBackendName member
+# Config overrides for another pass of a step that already grouped (e.g. the
+# second classifier-free guidance pass): no step is in the grouping window,
+# so the layer reuses its permutation, demeaned, instead of grouping again.
+_REUSE_GROUPING = {"group_window": 0.0, "demean_outside_window": 1}
+_local = threading.local()  # the attention module whose forward is running
+_warned = set()
+_installed = {}             # id(transformer) -> _Installation
+stats = collections.Counter()  # process-wide: calls per route ("vcattn", "sdpa:cross", ...)
 
-_routing = threading.local()   # the vcattn processor currently running, if any
-_original_dispatch = None
-_enabled = {}                   # id(transformer) -> _Installation
+
+def _warn_once(key, message):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+# ------------------------------------------------------------ registration
+
+def _dispatcher():
+    """diffusers' attention_dispatch module, after checking the internals this
+    backend relies on are where diffusers 0.42 has them."""
+    try:
+        import diffusers
+        from diffusers.models import attention_dispatch as ad
+    except ImportError as e:
+        raise ImportError("vcattn.diffusers needs diffusers (0.42 or newer with the attention dispatcher): %s" % e)
+    missing = [n for n in ("AttentionBackendName", "_AttentionBackendRegistry", "dispatch_attention_fn")
+               if not hasattr(ad, n)]
+    if not missing:
+        names, registry = ad.AttentionBackendName, ad._AttentionBackendRegistry
+        missing += ["AttentionBackendName.%s" % n for n in ("_member_map_", "_value2member_map_", "_member_names_")
+                    if not isinstance(getattr(names, n, None), (dict, list))]
+        missing += ["_AttentionBackendRegistry.%s" % n for n in ("_backends", "_constraints", "_supported_arg_names")
+                    if not isinstance(getattr(registry, n, None), dict)]
+        missing += ["_AttentionBackendRegistry.%s" % n for n in ("register", "get_active_backend")
+                    if not callable(getattr(registry, n, None))]
+        if "NATIVE" not in names.__members__:
+            missing.append("AttentionBackendName.NATIVE")
+        params = inspect.signature(ad.dispatch_attention_fn).parameters
+        missing += ["dispatch_attention_fn(%s=)" % n for n in ("backend", "attn_mask", "is_causal", "scale")
+                    if n not in params]
+    if missing:
+        raise RuntimeError(
+            "vcattn: diffusers %s changed the attention-dispatcher internals vcattn registers with (missing: %s); "
+            "vcattn.diffusers is written against diffusers 0.42's diffusers.models.attention_dispatch"
+            % (getattr(diffusers, "__version__", "?"), ", ".join(missing)))
+    return ad
+
+
+def _add_member(names, member_name, value):
+    """A new member of a str Enum, made as Enum makes its own: diffusers takes
+    backends only as AttentionBackendName members (set_attention_backend
+    checks __members__, the dispatcher calls AttentionBackendName(value))."""
+    member = str.__new__(names, value)
+    member._name_, member._value_ = member_name, value
+    member.__objclass__ = names
+    member._sort_order_ = len(names._member_names_)
+    setattr(names, member_name, member)  # before _member_map_: EnumType refuses to reassign members
+    names._member_names_.append(member_name)
+    names._member_map_[member_name] = member
+    names._value2member_map_[value] = member
+    return member
+
+
+def register():
+    """Adds "vcattn" to diffusers' AttentionBackendName and its backend
+    registry (once); returns the member."""
+    ad = _dispatcher()
+    member = ad.AttentionBackendName._value2member_map_.get(NAME)
+    if member is None:
+        member = _add_member(ad.AttentionBackendName, _MEMBER, NAME)
+    registry = ad._AttentionBackendRegistry
+    if registry._backends.get(member) is not attention_backend:
+        # no context parallelism: diffusers then refuses the backend on a model with a parallel config
+        registry.register(member, constraints=[], supports_context_parallel=False)(attention_backend)
+    return member
+
+
+# ------------------------------------------------------------ the backend
+
+def _keep_keys(mask, batch, nk):
+    """The [B, Nk] bool keep-mask of a mask that hides keys only, else None."""
+    if mask.ndim == 2 and tuple(mask.shape) == (batch, nk):
+        m = mask
+    elif mask.ndim in (3, 4) and mask.shape[-1] == nk and mask.shape[0] in (1, batch) and \
+            all(s == 1 for s in mask.shape[1:-1]):
+        m = mask.reshape(mask.shape[0], nk).expand(batch, nk)
+    else:
+        return None
+    if m.dtype == torch.bool:
+        return m
+    if m.is_floating_point():  # additive: 0 keeps, -inf (or the dtype's lowest) hides
+        keep, hide = m == 0, m <= torch.finfo(m.dtype).min / 2
+        if bool((keep | hide).all()):
+            return keep
+    return None
+
+
+def _sdpa(reason, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse):
+    stats["sdpa:" + reason] += 1
+    ad = _dispatcher()
+    native = ad._AttentionBackendRegistry._backends[ad.AttentionBackendName.NATIVE]
+    return native(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p,
+                  is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
 
 
 def attention_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                      enable_gqa=False, return_lse=False, _parallel_config=None, *, state=None,
-                      method="vc"):
-    """diffusers' attention-dispatcher signature, [B, S, H, D] tensors. Masks,
-    dropout and causal attention are refused with a clear error (never
-    silently ignored); GQA is native (Hq a multiple of Hkv)."""
-    if attn_mask is not None:
-        raise ValueError("vcattn: attention masks are not supported (attn_mask must be None); run masked "
-                         "attention on SDPA")
-    if dropout_p:
-        raise ValueError("vcattn: dropout is not supported (dropout_p must be 0)")
+                      enable_gqa=False, return_lse=False, _parallel_config=None):
+    """The registered backend: diffusers' dispatcher signature, [B, S, H, D]
+    tensors; GQA is native (Hq a multiple of Hkv)."""
     if _parallel_config is not None:
-        raise ValueError("vcattn: diffusers context parallelism is not routed through vcattn; use the xDiT "
-                         "backend (vcattn.xdit) for sequence parallel runs")
-    return vcattn.attention(query, key, value, tensor_layout="NHD", is_causal=is_causal, sm_scale=scale,
-                            return_lse=return_lse, method=method, state=state, check_finite=False)
+        raise ValueError("vcattn: diffusers context parallelism is not routed through vcattn; for sequence-parallel "
+                         "runs use vcattn.parallel (xDiT's and yunchang's ring/Ulysses attention)")
+    sdpa_args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse)
+    batch, nq, nk = query.shape[0], query.shape[1], key.shape[1]
+    if nq != nk:  # cross-attention to a short context: little to gain, kept exact
+        return _sdpa("cross", *sdpa_args)
+    why = None
+    if is_causal:
+        why = "causal", "causal attention (V-Smooth reorders the keys)"
+    elif dropout_p:
+        why = "dropout", "dropout_p > 0"
+    elif query.device.type not in ("cpu", "cuda"):
+        why = "device", "tensors on %s" % query.device.type
+    elif query.is_cuda and query.shape[-1] > max(_core._GPU_HEAD_DIMS):
+        why = "head_dim", "head dim %d on the GPU (64 and 128; smaller ones padded)" % query.shape[-1]
+    keep = None
+    if why is None and attn_mask is not None:
+        keep = _keep_keys(attn_mask, batch, nk)
+        if keep is None:
+            why = "mask", "an attention mask that is not a key-padding mask"
+        elif not bool(keep.any(dim=1).all()):
+            why = "mask", "a key-padding mask that hides every key of a row"
+    if why is not None:
+        _warn_once(why[0], "vcattn: %s runs on SDPA (diffusers' native backend); further such calls do too" % why[1])
+        return _sdpa(why[0], *sdpa_args)
+    context = getattr(_local, "stack", None)
+    context = context[-1] if context else None
+    if context is None:
+        _warn_once("stateless", "vcattn: called outside vcattn.diffusers.enable()/set_backend(): no per-layer state, "
+                                "so V-Smooth groups on every call (correct but slower)")
+    if keep is not None and not bool(keep.all()):
+        outs = [_vcattn(context, query[i:i + 1], key[i:i + 1, keep[i]], value[i:i + 1, keep[i]], scale)
+                for i in range(batch)]
+        out, lse = torch.cat([o for o, _ in outs]), torch.cat([s for _, s in outs])
+    else:
+        out, lse = _vcattn(context, query, key, value, scale)
+    return (out, lse) if return_lse else out
 
 
-def _router(query, key, value, *args, **kwargs):
-    target = getattr(_routing, "processor", None)
-    if target is None:
-        return _original_dispatch(query, key, value, *args, **kwargs)
-    _routing.processor = None  # one call per processor call (I2V's image attention is not self-attention)
-    names = ("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-    options = dict(zip(names, args))
-    options.update({k: kwargs[k] for k in names if k in kwargs})
-    return attention_backend(query, key, value, **options, state=target.state, method=target.method)
+def _vcattn(context, query, key, value, scale):
+    stats["vcattn"] += 1
+    if context is None:
+        return _torch_op.attention(query, key, value, "NHD", scale, "vc", None, False, {})
+    inst, name, counter = context
+    index = counter[0]
+    counter[0] += 1
+    return inst.run(name, index, query, key, value, scale)
 
 
-class VcattnProcessor:
-    """Wraps a self-attention processor: its own projections, norms and RoPE,
-    with the attention itself routed to vcattn."""
+# ------------------------------------------------------------ steps and layer states
 
-    def __init__(self, inner, state, method):
-        self.inner, self.state, self.method = inner, state, method
+class _Generation:
+    """The layer states of one generation, all at its current step (steps past
+    num_inference_steps run past the grouping window, never an error)."""
 
-    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
-        if encoder_hidden_states is not None or attention_mask is not None:
-            return self.inner(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
-        _routing.processor = self
-        try:
-            return self.inner(attn, hidden_states, None, None, rotary_emb)
-        finally:
-            _routing.processor = None
+    def __init__(self, num_inference_steps):
+        self.num_inference_steps = int(num_inference_steps)
+        self.step = 0
+        self.layers = {}      # key -> [LayerState, step set in it, step it last grouped at]
+        self.groupings = []   # (key, step, "cold"/"warm"): what grouped, for inspection and tests
 
-    def __getattr__(self, name):  # _attention_backend, _parallel_config, ... of the inner processor
-        return getattr(self.inner, name)
+    def layer(self, key):
+        entry = self.layers.get(key)
+        if entry is None:
+            entry = self.layers[key] = [_core.LayerState(self.num_inference_steps), 0, None]
+        if entry[1] != self.step:
+            _core.lib().vcattn_layer_set_step(entry[0]._handle, self.step)  # any step >= 0
+            entry[1] = self.step
+        return entry
 
 
-class _StepTracker:
-    """Turns the timesteps a transformer sees into denoising steps."""
+class _Steps:
+    """Turns the transformer calls of a pipeline (or of a bare transformer)
+    into generations and denoising steps."""
 
-    def __init__(self, session):
-        self.session, self.last = session, None
+    def __init__(self, scheduler_owner, num_inference_steps):
+        self.owner, self.fixed = scheduler_owner, num_inference_steps
+        self.generation, self.timesteps, self.last = None, None, None
 
-    def __call__(self, module, args, kwargs):
-        t = kwargs.get("timestep", args[1] if len(args) > 1 else None)
-        if t is None:
-            return
-        value = float(t.flatten()[0]) if isinstance(t, torch.Tensor) else float(t)
-        if self.last is None or value > self.last:      # a new generation
-            self.session.step = 0
-        elif value < self.last:                          # the next step
-            if self.session.step + 1 >= self.session.num_inference_steps:
-                raise ValueError("vcattn: more denoising steps than num_inference_steps=%d given to "
-                                 "vcattn.diffusers.enable()" % self.session.num_inference_steps)
-            self.session.next_step()
-        self.last = value
+    def _total(self):
+        scheduler = getattr(self.owner, "scheduler", None)
+        timesteps = getattr(scheduler, "timesteps", None)
+        if timesteps is not None and len(timesteps):
+            return timesteps, len(timesteps)
+        return None, self.fixed
+
+    def before_forward(self, timestep):
+        timesteps, total = self._total()
+        if timestep is None:
+            sig = None
+        elif isinstance(timestep, torch.Tensor):
+            t = timestep.detach().float()
+            sig = tuple(torch.stack([t.max(), t.min()]).tolist())  # per-token timesteps: their range
+        else:
+            sig = (float(timestep), float(timestep))
+        new = self.generation is None
+        if timesteps is not None:
+            new = new or timesteps is not self.timesteps  # set_timesteps ran: a new generation
+        elif sig is not None and self.last is not None and sig[0] > self.last[0]:
+            new = True  # no scheduler: a higher timestep starts over
+        if new:
+            self.timesteps, self.last = timesteps, sig
+            if total is None:
+                self.generation = None
+                _warn_once("no-steps", "vcattn: the step count is unknown (no pipeline scheduler with timesteps, no "
+                                       "num_inference_steps): V-Smooth groups on every call")
+            elif self.generation is None or self.generation.num_inference_steps != total:
+                self.generation = _Generation(total)
+            else:
+                self.generation.step = 0
+                self.generation.groupings = []
+                for entry in self.generation.layers.values():
+                    entry[2] = None
+        elif sig is not None and sig != self.last:
+            self.last = sig
+            if self.generation is not None:
+                self.generation.step += 1
 
 
 class _Installation:
-    def __init__(self, transformer, processors, hook):
-        self.transformer, self.processors, self.hook = transformer, processors, hook
+    """vcattn on one transformer: its processors' backend, module hooks that
+    name the running attention module, a hook that follows the steps."""
+
+    def __init__(self, transformer, label, steps, method):
+        self.transformer, self.label, self.steps, self.method = transformer, label, steps, method
+        self.hooks, self.saved = [], []
+        self.cfg = _core.config(method)
+        member = register()
+        routed, skipped = 0, collections.Counter()
+        for name, module in transformer.named_modules():
+            processor = getattr(module, "processor", None)
+            if processor is None or not callable(processor):
+                continue
+            if not hasattr(processor, "_attention_backend"):  # calls torch SDPA itself: out of any backend's reach
+                skipped[type(processor).__name__] += 1
+                continue
+            self.saved.append((processor, processor._attention_backend))
+            processor._attention_backend = member  # what diffusers' set_attention_backend() sets
+            self.hooks.append(module.register_forward_pre_hook(self._enter(name)))
+            self.hooks.append(module.register_forward_hook(self._leave, always_call=True))
+            routed += 1
+        if not routed:
+            self.remove()
+            raise TypeError("vcattn: no attention of %s goes through diffusers' attention dispatcher (%s call torch "
+                            "SDPA directly), so no attention backend can reach it"
+                            % (type(transformer).__name__, ", ".join(sorted(skipped)) or "no processors"))
+        if skipped:
+            _warn_once(("skipped", type(transformer).__name__),
+                       "vcattn: %s: %d attention modules (%s) call torch SDPA directly and stay on it"
+                       % (type(transformer).__name__, sum(skipped.values()), ", ".join(sorted(skipped))))
+        self.routed = routed
+        self.signature = inspect.signature(transformer.forward)
+        self.hooks.append(transformer.register_forward_pre_hook(self._forward, with_kwargs=True))
+
+    def _enter(self, name):
+        def hook(module, args):
+            stack = getattr(_local, "stack", None)
+            if stack is None:
+                stack = _local.stack = []
+            stack.append((self, name, [0]))
+        return hook
+
+    def _leave(self, module, args, output):
+        stack = getattr(_local, "stack", None)
+        if stack:
+            stack.pop()
+
+    def _forward(self, module, args, kwargs):
+        try:
+            timestep = self.signature.bind_partial(*args, **kwargs).arguments.get("timestep")
+        except TypeError:
+            timestep = kwargs.get("timestep")
+        self.steps.before_forward(timestep)
+
+    def run(self, name, index, query, key, value, scale):
+        generation = self.steps.generation
+        if generation is None:
+            return _torch_op.attention(query, key, value, "NHD", scale, self.method, None, False, {})
+        layer_key = (self.label, name, index, tuple(key.shape))
+        state, step, grouped_at = generation.layer(layer_key)
+        plan = _core.lib().vcattn_layer_plan(state._handle, ctypes.byref(self.cfg))
+        groups = plan in (1, 2)  # VCATTN_GROUP_COLD, VCATTN_GROUP_WARM
+        again = groups and grouped_at == step  # another pass of this step: reuse what it grouped
+        out = _torch_op.attention(query, key, value, "NHD", scale, self.method, state, False,
+                                  _REUSE_GROUPING if again else {})
+        if groups and not again:
+            generation.layers[layer_key][2] = step
+            generation.groupings.append((layer_key, step, "cold" if plan == 1 else "warm"))
+        return out
+
+    def remove(self):
+        for hook in self.hooks:
+            hook.remove()
+        for processor, backend in self.saved:
+            processor._attention_backend = backend
+        self.hooks, self.saved = [], []
+
+
+class Handle:
+    """What enable()/set_backend() return: the step, the generation's layer
+    states and what grouped so far."""
+
+    def __init__(self, steps, installations):
+        self._steps, self.installations = steps, installations
+
+    @property
+    def step(self):
+        g = self._steps.generation
+        return g.step if g is not None else 0
+
+    @property
+    def num_inference_steps(self):
+        g = self._steps.generation
+        return g.num_inference_steps if g is not None else self._steps.fixed
+
+    @property
+    def groupings(self):
+        """(layer key, step, "cold"/"warm") of each grouping in this generation."""
+        g = self._steps.generation
+        return list(g.groupings) if g is not None else []
+
+    def layers(self):
+        """layer key -> LayerState of this generation."""
+        g = self._steps.generation
+        return {k: e[0] for k, e in g.layers.items()} if g is not None else {}
 
 
 def _transformers(obj):
     if isinstance(obj, torch.nn.Module):
-        return [obj]
-    found = [getattr(obj, n) for n in ("transformer", "transformer_2") if getattr(obj, n, None) is not None]
+        return [("transformer", obj)]
+    components = getattr(obj, "components", None)
+    found = [(n, m) for n, m in (components or {}).items()
+             if n.startswith("transformer") and isinstance(m, torch.nn.Module)]
     if not found:
-        raise TypeError("vcattn: expected a diffusers pipeline with .transformer or a transformer module, got %s"
+        raise TypeError("vcattn: expected a diffusers pipeline with a transformer, or a transformer module; got %s"
                         % type(obj).__name__)
     return found
 
 
-def _self_attentions(transformer):
-    blocks = getattr(transformer, "blocks", None)
-    if blocks is None or not all(hasattr(b, "attn1") for b in blocks):
-        raise TypeError("vcattn: %s is not a supported video transformer (WanTransformer3DModel: blocks with "
-                        "attn1 self-attention)" % type(transformer).__name__)
-    return [(i, b.attn1) for i, b in enumerate(blocks)]
-
-
-def enable(pipe_or_transformer, num_inference_steps, method="vc"):
-    """Installs vcattn on every self-attention; returns the Session (its .step is the current step)."""
-    global _original_dispatch
-    from diffusers.models.transformers import transformer_wan
-    vcattn.config(method)  # unknown methods fail here, not mid-generation
-    session = Session(num_inference_steps)
-    tracker = _StepTracker(session)
-    for transformer in _transformers(pipe_or_transformer):
-        if id(transformer) in _enabled:
+def set_backend(pipe_or_transformer, method="vc", num_inference_steps=None):
+    """Routes every attention of the transformer(s) that goes through diffusers'
+    dispatcher to vcattn, with a per-module LayerState and the step schedule.
+    A pipeline tells the step count (its scheduler); a bare transformer needs
+    num_inference_steps for the grouping schedule. Returns a Handle."""
+    _core.config(method)  # unknown methods fail here, not mid-generation
+    targets = _transformers(pipe_or_transformer)
+    pipeline = None if isinstance(pipe_or_transformer, torch.nn.Module) else pipe_or_transformer
+    if pipeline is not None and num_inference_steps is not None:
+        warnings.warn("vcattn: num_inference_steps is ignored for a pipeline: its scheduler tells the step count",
+                      stacklevel=2)
+        num_inference_steps = None
+    if num_inference_steps is not None and int(num_inference_steps) < 1:
+        raise ValueError("vcattn: num_inference_steps must be >= 1, got %r" % (num_inference_steps,))
+    for _, transformer in targets:
+        if id(transformer) in _installed:
             raise RuntimeError("vcattn: already enabled on this transformer; call disable() first")
-        processors = {}
-        for i, attn in _self_attentions(transformer):
-            processors[i] = attn.processor
-            attn.set_processor(VcattnProcessor(attn.processor, session.layer((id(transformer), i)), method))
-        hook = transformer.register_forward_pre_hook(tracker, with_kwargs=True)
-        _enabled[id(transformer)] = _Installation(transformer, processors, hook)
-    if _original_dispatch is None:
-        _original_dispatch = transformer_wan.dispatch_attention_fn
-        transformer_wan.dispatch_attention_fn = _router
-    return session
+    steps = _Steps(pipeline, num_inference_steps)  # one step count for all (Wan2.2-A14B's two experts)
+    installations = []
+    try:
+        for label, transformer in targets:
+            installations.append(_Installation(transformer, label, steps, method))
+            _installed[id(transformer)] = installations[-1]
+    except Exception:
+        for inst in installations:
+            inst.remove()
+            _installed.pop(id(inst.transformer), None)
+        raise
+    return Handle(steps, installations)
+
+
+def enable(pipe, method="vc", num_inference_steps=None):
+    """vcattn on every transformer of a pipeline (or on one transformer)."""
+    return set_backend(pipe, method=method, num_inference_steps=num_inference_steps)
 
 
 def disable(pipe_or_transformer):
-    """Restores the original processors (and, when nothing uses vcattn any
-    more, diffusers' dispatcher)."""
-    global _original_dispatch
-    from diffusers.models.transformers import transformer_wan
-    for transformer in _transformers(pipe_or_transformer):
-        inst = _enabled.pop(id(transformer), None)
-        if inst is None:
-            continue
-        blocks = transformer.blocks
-        for i, processor in inst.processors.items():
-            blocks[i].attn1.set_processor(processor)
-        inst.hook.remove()
-    if not _enabled and _original_dispatch is not None:
-        transformer_wan.dispatch_attention_fn = _original_dispatch
-        _original_dispatch = None
+    """The processors' previous backends back, the hooks removed."""
+    for _, transformer in _transformers(pipe_or_transformer):
+        inst = _installed.pop(id(transformer), None)
+        if inst is not None:
+            inst.remove()
+
+
+register()

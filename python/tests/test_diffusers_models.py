@@ -1,0 +1,139 @@
+"""vcattn.diffusers on a tiny random transformer of each video (and one image)
+model diffusers has: the vcattn op is really called, the output stays close to
+diffusers' SDPA backend on the same weights and inputs, disable() gives the
+SDPA output back exactly, and models whose processors bypass the dispatcher
+are refused with the reason. CPU backend (exits 77 when torch or diffusers is
+missing)."""
+import os
+import sys
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import check, finish, skip  # noqa: E402
+
+try:
+    import torch
+    import diffusers
+except ImportError as e:
+    skip("test_diffusers_models", "needs torch and diffusers (%s)" % e)
+
+import vcattn._torch_op as op  # noqa: E402
+import vcattn.diffusers as vd  # noqa: E402
+
+warnings.simplefilter("ignore")  # the fallbacks' one-time warnings are checked in test_diffusers
+calls = []
+_original_op = op.attention
+
+
+def counted(*a, **k):
+    calls.append(a[0].shape)
+    return _original_op(*a, **k)
+
+
+op.attention = counted
+
+
+def rand_init(model):
+    # diffusers zero-initialises some output projections; random weights everywhere
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.2)
+    return model.eval()
+
+
+def run(name, model, inputs, min_calls, fallback=None):
+    torch.manual_seed(1)
+    rand_init(model)
+    with torch.no_grad():
+        ref = model(**inputs, return_dict=False)[0]
+        del calls[:]
+        handle = vd.set_backend(model, num_inference_steps=4)
+        out = model(**inputs, return_dict=False)[0]
+        routed = len(calls)
+        vd.disable(model)
+        again = model(**inputs, return_dict=False)[0]
+    rel = ((out - ref).norm() / ref.norm()).item()
+    if fallback:  # every self-attention carries a mask V-Smooth cannot follow: all of it on SDPA
+        check(routed == 0 and torch.equal(out, ref), "%s: %d vcattn calls, expected SDPA only" % (name, routed))
+        check(vd.stats["sdpa:" + fallback] > 0, "%s: no SDPA fallback counted for %s" % (name, fallback))
+        print("%s: SDPA fallback (%s), output identical" % (name, fallback))
+        return
+    check(routed >= min_calls, "%s: %d vcattn calls, expected at least %d" % (name, routed, min_calls))
+    check(0 < rel < 0.08, "%s: output vs SDPA relative difference %.4f" % (name, rel))
+    check(len(handle.layers()) >= 1, "%s: no layer state created" % name)
+    check(torch.equal(again, ref), "%s: disable() did not restore the SDPA output" % name)
+    print("%s: %d vcattn calls, %d layer states, relative difference to SDPA %.4f"
+          % (name, routed, len(handle.layers()), rel))
+
+
+torch.manual_seed(0)
+text_mask = torch.tensor([[1, 1, 1, 1, 0, 0]])  # two padding tokens: a key-padding mask in joint attention
+
+if hasattr(diffusers, "HunyuanVideoTransformer3DModel"):
+    m = diffusers.HunyuanVideoTransformer3DModel(
+        in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=32, num_layers=1,
+        num_single_layers=1, num_refiner_layers=1, patch_size=1, text_embed_dim=16, pooled_projection_dim=8,
+        rope_axes_dim=(8, 12, 12))
+    run("HunyuanVideo", m, dict(hidden_states=torch.randn(1, 4, 2, 8, 8), timestep=torch.tensor([900]),
+                                encoder_hidden_states=torch.randn(1, 6, 16), encoder_attention_mask=text_mask,
+                                pooled_projections=torch.randn(1, 8), guidance=torch.tensor([3000.0])), 2)
+
+# HunyuanVideo-1.5 masks its joint attention with padding[:, None] & padding[None, :]
+# ([B, 1, N, N], queries too): not a key-padding mask, so those calls stay on SDPA.
+if hasattr(diffusers, "HunyuanVideo15Transformer3DModel"):
+    m = diffusers.HunyuanVideo15Transformer3DModel(
+        in_channels=9, out_channels=4, num_attention_heads=2, attention_head_dim=32, num_layers=2,
+        num_refiner_layers=1, patch_size=1, text_embed_dim=16, text_embed_2_dim=8, image_embed_dim=8,
+        rope_axes_dim=(8, 12, 12), task_type="t2v")
+    run("HunyuanVideo-1.5", m, dict(hidden_states=torch.randn(1, 9, 2, 8, 8), timestep=torch.tensor([900.0]),
+                                    encoder_hidden_states=torch.randn(1, 6, 16), encoder_attention_mask=text_mask,
+                                    encoder_hidden_states_2=torch.randn(1, 5, 8),
+                                    encoder_attention_mask_2=torch.ones(1, 5),
+                                    image_embeds=torch.zeros(1, 4, 8)), 0, fallback="mask")
+
+if hasattr(diffusers, "LTXVideoTransformer3DModel"):
+    m = diffusers.LTXVideoTransformer3DModel(
+        in_channels=8, out_channels=8, num_attention_heads=2, attention_head_dim=32, cross_attention_dim=64,
+        num_layers=2, caption_channels=16)
+    run("LTX-Video", m, dict(hidden_states=torch.randn(1, 2 * 8 * 8, 8), encoder_hidden_states=torch.randn(1, 6, 16),
+                             timestep=torch.tensor([900]), encoder_attention_mask=text_mask,
+                             num_frames=2, height=8, width=8), 2)
+
+if hasattr(diffusers, "SkyReelsV2Transformer3DModel"):
+    m = diffusers.SkyReelsV2Transformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=32, in_channels=4, out_channels=4,
+        text_dim=16, freq_dim=32, ffn_dim=64, num_layers=2, rope_max_seq_len=32)
+    run("SkyReels-V2", m, dict(hidden_states=torch.randn(1, 4, 2, 16, 16), timestep=torch.tensor([900]),
+                               encoder_hidden_states=torch.randn(1, 6, 16)), 2)
+
+if hasattr(diffusers, "FluxTransformer2DModel"):
+    m = diffusers.FluxTransformer2DModel(
+        patch_size=1, in_channels=8, num_layers=1, num_single_layers=1, attention_head_dim=16,
+        num_attention_heads=2, joint_attention_dim=16, pooled_projection_dim=8, axes_dims_rope=(4, 6, 6))
+    img_ids = torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(12.0), torch.arange(12.0), indexing="ij"),
+                          -1).reshape(-1, 3)
+    run("Flux", m, dict(hidden_states=torch.randn(1, 144, 8), encoder_hidden_states=torch.randn(1, 6, 16),
+                        pooled_projections=torch.randn(1, 8), timestep=torch.tensor([0.9]), img_ids=img_ids,
+                        txt_ids=torch.zeros(6, 3)), 2)
+
+# Processors that call torch SDPA themselves: no backend reaches them; said so, not silently ignored.
+for cls, kwargs in (("CogVideoXTransformer3DModel", dict(num_attention_heads=2, attention_head_dim=16, in_channels=4,
+                                                          out_channels=4, time_embed_dim=8, text_embed_dim=16,
+                                                          num_layers=1, sample_width=8, sample_height=8,
+                                                          sample_frames=5, max_text_seq_length=6)),
+                    ("MochiTransformer3DModel", dict(num_attention_heads=2, attention_head_dim=16, num_layers=1,
+                                                     pooled_projection_dim=8, in_channels=4, text_embed_dim=16,
+                                                     time_embed_dim=8))):
+    if not hasattr(diffusers, cls):
+        continue
+    model = getattr(diffusers, cls)(**kwargs)
+    try:
+        vd.set_backend(model, num_inference_steps=4)
+        check(False, "%s accepted though its processors bypass the dispatcher" % cls)
+        vd.disable(model)
+    except TypeError as e:
+        check("SDPA directly" in str(e), "%s: %s" % (cls, e))
+    check(not vd._installed, "%s: a refused transformer stayed installed" % cls)
+
+finish("test_diffusers_models")
