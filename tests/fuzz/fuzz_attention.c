@@ -61,27 +61,20 @@ static float value_of(bytes *b, int *nonfinite, int *huge) {
     }
 }
 
-static int finite_elem(const uint8_t *e, vcattn_dtype dt) {
+/* One stored element as a float (16-bit types widen exactly, Inf and NaN kept). */
+static float elem_value(const uint8_t *e, vcattn_dtype dt) {
     if (dt == VCATTN_DTYPE_F32) {
         float x;
         memcpy(&x, e, 4);
-        return isfinite(x);
+        return x;
     }
     uint16_t h;
     memcpy(&h, e, 2);
-    return dt == VCATTN_DTYPE_BF16 ? ((h >> 7) & 0xffu) != 0xffu : ((h >> 10) & 0x1fu) != 0x1fu;
+    return dt == VCATTN_DTYPE_BF16 ? vcattn_bf16_to_f32(h) : vcattn_f16_to_f32(h);
 }
 
-static int nan_elem(const uint8_t *e, vcattn_dtype dt) {
-    if (dt == VCATTN_DTYPE_F32) {
-        float x;
-        memcpy(&x, e, 4);
-        return isnan(x);
-    }
-    uint16_t h;
-    memcpy(&h, e, 2);
-    return dt == VCATTN_DTYPE_BF16 ? (h & 0x7fffu) > 0x7f80u : (h & 0x7fffu) > 0x7c00u;
-}
+static int finite_elem(const uint8_t *e, vcattn_dtype dt) { return isfinite(elem_value(e, dt)); }
+static int nan_elem(const uint8_t *e, vcattn_dtype dt) { return isnan(elem_value(e, dt)); }
 
 /* A view of `count` logical elements inside a buffer with guard bytes after it. */
 typedef struct {
