@@ -131,7 +131,7 @@ check "eval: files and --draws" 2 "--draws applies to built-in workloads" -- eva
 # [BYTES] writes a float32 .npy of COUNT zeros, or COUNT copies of the
 # printf escapes BYTES.
 npy_f32() {
-    h="{'descr': '<f4', 'fortran_order': False, 'shape': ($2), }"
+    h="{'descr': '${NPY_DESCR:-<f4}', 'fortran_order': False, 'shape': ($2), }"
     while [ $(( (10 + ${#h} + 1) % 64 )) -ne 0 ]; do h="$h "; done
     len=$(( ${#h} + 1 ))
     {
@@ -139,7 +139,7 @@ npy_f32() {
         printf "\\$(printf %o $((len % 256)))\\$(printf %o $((len / 256)))"
         printf '%s\n' "$h"
         if [ -z "$4" ]; then
-            head -c $(( $3 * 4 )) /dev/zero
+            head -c $(( $3 * ${NPY_SIZE:-4} )) /dev/zero
         else
             i=0
             while [ $i -lt "$3" ]; do printf "$4"; i=$((i + 1)); done
@@ -176,6 +176,17 @@ check "run --dtype f16 past 65504" 1 "100000 is outside the float16 range" -- \
 npy_f32 "$tmp/z.npy" "1, 1, 8, 8" 64
 check "run on V of 1e5 as float32" 0 "cosine" -- \
     run --q "$tmp/z.npy" --k "$tmp/z.npy" --v "$tmp/big.npy" --backend cpu
+
+# The label says the files' dtype; float64 (numpy's default) is read as
+# float32 with a note; more heads than tokens hints at the other layout.
+check "eval labels float32 files" 0 "float32 inputs" -- \
+    eval --backend cpu --methods sage2 --q "$tmp/z.npy" --k "$tmp/z.npy" --v "$tmp/z.npy"
+NPY_DESCR='<f8' NPY_SIZE=8 npy_f32 "$tmp/z64.npy" "1, 2, 16, 8" 256
+check "run reads float64 files" 0 "is float64: read as float32" "cosine" -- \
+    run --backend cpu --method sage2 --q "$tmp/z64.npy" --k "$tmp/z64.npy" --v "$tmp/z64.npy"
+npy_f32 "$tmp/nhd.npy" "1, 16, 2, 8" 256
+check "warns on more heads than tokens" 0 "more heads than tokens suggests NHD" -- \
+    run --backend cpu --method sage2 --q "$tmp/nhd.npy" --k "$tmp/nhd.npy" --v "$tmp/nhd.npy"
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -312,7 +312,7 @@ static void test_malformed(void) {
     expect_header_fail(3, bad_headers[3], 24, BAD);
 
     /* Well-formed files of other dtypes. */
-    const char *other[] = {"<f8", ">f4", ">f2", "|u1", "<i4", "<u2", "=f4", "<c8", "O", ""};
+    const char *other[] = {">f8", ">f4", ">f2", "|u1", "<i4", "<u2", "=f4", "<c8", "O", ""};
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
         char h[128];
         snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': (3,), }", other[i]);
@@ -388,7 +388,7 @@ static void test_failed_write(void) {
     tmp_path(path, sizeof path);
     write_bytes(path, "precious", 8);
     static float big[8192];
-    npy_array a = {VCATTN_DTYPE_F32, 1, {8192}, big};
+    npy_array a = {.dtype = VCATTN_DTYPE_F32, .ndim = 1, .shape = {8192}, .data = big};
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -427,6 +427,37 @@ static void test_failed_write(void) {
     }
 }
 
+/* float64 files (numpy's default dtype) are read as float32, rounded to
+ * nearest; a finite value past the float32 range is refused, not made Inf. */
+static void test_float64(void) {
+    unsigned char buf[512];
+    const char *h = "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }";
+    const double values[6] = {1.0, -2.5, 0.1, 1e-45, 3.0e38, -0.0};
+    size_t n = craft(buf, 1, 0, h, 0);
+    memcpy(buf + n, values, sizeof values);
+    char path[128];
+    tmp_path(path, sizeof path);
+    write_bytes(path, buf, n + sizeof values);
+    npy_array a;
+    char err[256];
+    vcattn_status st = npy_read(path, 0, &a, err, sizeof err);
+    CHECK(st == VCATTN_OK && a.dtype == VCATTN_DTYPE_F32 && a.from_f64 && a.ndim == 2 && a.shape[1] == 3,
+          "float64 file: status %d (%s)", st, err);
+    if (st == VCATTN_OK) {
+        int same = 1;
+        for (int i = 0; i < 6; i++) same &= ((const float *)a.data)[i] == (float)values[i];
+        CHECK(same, "float64 values are the nearest floats");
+    }
+    npy_free(&a);
+    const double huge[6] = {1.0, 2.0, 1e300, 4.0, 5.0, 6.0};
+    memcpy(buf + n, huge, sizeof huge);
+    tmp_path(path, sizeof path);
+    write_bytes(path, buf, n + sizeof huge);
+    st = npy_read(path, 0, &a, err, sizeof err);
+    CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && strstr(err, "float32 range") && is_zeroed(&a),
+          "float64 beyond the float32 range: status %d (%s)", st, err);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/vcattn_npy_XXXXXX");
     if (!mkdtemp(dir)) {
@@ -439,6 +470,7 @@ int main(void) {
     test_malformed();
     test_mutations();
     test_failed_write();
+    test_float64();
     char path[128];
     for (int i = 0; i < nfiles; i++) {
         snprintf(path, sizeof path, "%s/f%03d.npy", dir, i);

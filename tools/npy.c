@@ -8,6 +8,8 @@
 #include "npy.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,6 +39,33 @@ static vcattn_status npy_fail(char *err, size_t errlen, vcattn_status status,
         }
     }
     return status;
+}
+
+/* *data: numel doubles, replaced by numel floats (rounded to nearest). A
+ * finite double beyond the float range is refused rather than made Inf;
+ * NaN and Inf pass (the library's finite check reports them). */
+static vcattn_status narrow_doubles(void **data, int64_t numel) {
+    float *f = malloc(numel ? (size_t)numel * sizeof(float) : 1);
+    if (!f) {
+        free(*data);
+        *data = NULL;
+        return VCATTN_ERR_OUT_OF_MEMORY;
+    }
+    const unsigned char *src = *data;
+    for (int64_t i = 0; i < numel; i++) {
+        double x;
+        memcpy(&x, src + (size_t)i * sizeof x, sizeof x);
+        if (isfinite(x) && fabs(x) > FLT_MAX) {
+            free(f);
+            free(*data);
+            *data = NULL;
+            return VCATTN_ERR_INVALID_ARGUMENT;
+        }
+        f[i] = (float)x;
+    }
+    free(*data);
+    *data = f;
+    return VCATTN_OK;
 }
 
 static size_t npy_elem_size(vcattn_dtype dtype) {
@@ -235,8 +264,12 @@ static vcattn_status npy_read_file(FILE *f, const char *path, int bf16_from_u16,
     if (st) return npy_fail(err, errlen, st, path, "%s", why);
 
     vcattn_dtype dtype;
+    int wide = 0;  /* '<f8': read as doubles, handed out as float32 */
     if (strcmp(h.descr, "<f4") == 0) {
         dtype = VCATTN_DTYPE_F32;
+    } else if (strcmp(h.descr, "<f8") == 0) {
+        dtype = VCATTN_DTYPE_F32;
+        wide = 1;
     } else if (strcmp(h.descr, "<f2") == 0) {
         dtype = VCATTN_DTYPE_F16;
     } else if (strcmp(h.descr, "<u2") == 0) {
@@ -246,7 +279,7 @@ static vcattn_status npy_read_file(FILE *f, const char *path, int bf16_from_u16,
         dtype = VCATTN_DTYPE_BF16;
     } else {
         return npy_fail(err, errlen, VCATTN_ERR_UNSUPPORTED_DTYPE, path,
-                        "dtype '%s' is not supported (want '<f4', '<f2' or bf16 as '<u2')",
+                        "dtype '%s' is not supported (want '<f4', '<f8', '<f2' or bf16 as '<u2')",
                         h.descr);
     }
     if (h.fortran_order)
@@ -256,7 +289,7 @@ static vcattn_status npy_read_file(FILE *f, const char *path, int bf16_from_u16,
         return npy_fail(err, errlen, VCATTN_ERR_BAD_FILE_FORMAT, path,
                         "0-d (scalar) arrays are not supported");
 
-    size_t esize = npy_elem_size(dtype);
+    size_t esize = wide ? sizeof(double) : npy_elem_size(dtype);
     int64_t numel = 1;
     for (int i = 0; i < h.ndim; i++) {
         if (h.shape[i] != 0 && numel > INT64_MAX / (int64_t)esize / h.shape[i])
@@ -288,7 +321,11 @@ static vcattn_status npy_read_file(FILE *f, const char *path, int bf16_from_u16,
         free(data);
         return npy_fail(err, errlen, st, path, "data could not be read completely");
     }
+    if (wide && (st = narrow_doubles(&data, numel)))
+        return npy_fail(err, errlen, st, path, st == VCATTN_ERR_OUT_OF_MEMORY ? "out of memory"
+                        : "float64 data holds a finite value beyond the float32 range");
     out->dtype = dtype;
+    out->from_f64 = wide;
     out->ndim = h.ndim;
     memcpy(out->shape, h.shape, sizeof h.shape);
     out->data = data;

@@ -18,9 +18,11 @@ typedef struct {
     int ndim;                /* 1..8 */
     int64_t shape[8];
     void *data;              /* C-order, little-endian, malloc'ed */
+    int from_f64;            /* read from '<f8' and rounded to float32 */
 } npy_array;
 
-/* Reads path. '<f4' -> F32, '<f2' -> F16, '<u2' -> BF16 only if bf16_from_u16
+/* Reads path. '<f4' -> F32, '<f8' -> F32 (rounded to nearest; a finite value
+ * past the float32 range -> VCATTN_ERR_INVALID_ARGUMENT), '<f2' -> F16, '<u2' -> BF16 only if bf16_from_u16
  * is set (else VCATTN_ERR_UNSUPPORTED_DTYPE). Missing file or read error ->
  * VCATTN_ERR_IO; bad magic or version, truncated or unparsable header,
  * fortran_order True, 0-d or >8-d shapes, overflowing shapes, data size not

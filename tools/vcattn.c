@@ -548,6 +548,7 @@ static vcattn_status load_npy(const options *o, const char *path, npy_array *arr
                               void **converted, char *err) {
     vcattn_status st = npy_read(path, o->bf16_files, arr, err, ERRLEN);
     if (st) return st;
+    if (arr->from_f64) fprintf(stderr, "note: %s is float64: read as float32 (rounded to nearest)\n", path);
     if (arr->ndim != 3 && arr->ndim != 4) {
         snprintf(err, ERRLEN, "%s: expected a 3-D or 4-D array, got %d-D", path, arr->ndim);
         return VCATTN_ERR_SHAPE_MISMATCH;
@@ -555,6 +556,10 @@ static vcattn_status load_npy(const options *o, const char *path, npy_array *arr
     const int64_t *s = arr->shape + (arr->ndim - 3);   /* the last three axes */
     int64_t b = arr->ndim == 4 ? arr->shape[0] : 1;
     int64_t h = o->nhd ? s[1] : s[0], n = o->nhd ? s[0] : s[1], d = s[2];
+    if (h > n)  /* attention has more tokens than heads: the file is likely in the other layout */
+        fprintf(stderr, "warning: %s read as %s has %lld heads of %lld tokens; more heads than tokens "
+                "suggests %s (--layout %s)\n", path, o->nhd ? "NHD" : "HND", (long long)h, (long long)n,
+                o->nhd ? "HND" : "NHD", o->nhd ? "HND" : "NHD");
     void *data = arr->data;
     vcattn_dtype dt = arr->dtype;
     if (o->dtype_set && dt != o->dtype) {
@@ -775,7 +780,7 @@ static int cmd_run(const options *o) {
         lse_err = e > lse_err || isnan(e) ? e : lse_err;
     }
     if (o->out_path) {
-        npy_array arr = {VCATTN_DTYPE_F32, 4, {in.q.batch, in.q.heads, in.q.tokens, d}, out};
+        npy_array arr = {.dtype = VCATTN_DTYPE_F32, .ndim = 4, .shape = {in.q.batch, in.q.heads, in.q.tokens, d}, .data = out};
         if ((st = npy_write(o->out_path, &arr, err, sizeof err))) {
             rc = lib_error(st, err);
             goto done;
@@ -1156,7 +1161,7 @@ static int cmd_eval(const options *o) {
         printf("{\"workload\": ");
         json_str(in.source);
         printf(", \"backend\": \"%s\", \"dtype\": \"%s\", \"draws\": %d, \"shape\": ", backend,
-               vcattn_dtype_name(o->dtype), draws);
+               vcattn_dtype_name(in.q.dtype), draws);
         json_shape(&in);
         printf(", \"methods\": [");
         for (size_t i = 0; i < NUM_EVAL; i++) {
@@ -1187,7 +1192,7 @@ static int cmd_eval(const options *o) {
     } else {
         printf("%s, ", in.source);
         print_shape(&in);
-        printf(", %s inputs, backend %s\n\n", vcattn_dtype_name(o->dtype), backend);
+        printf(", %s inputs, backend %s\n\n", vcattn_dtype_name(in.q.dtype), backend);
         printf("%-20s %10s %10s %10s %7s %10s %9s %9s %9s %6s %9s %s\n", "method", "cosine", "rel L1",
                "rel L2", "SNR dB", "worst row", "V-q err", "prob", "value", "value%", "time ms",
                "backend");
