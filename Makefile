@@ -36,7 +36,7 @@ sanitize:
 	      -DCMAKE_C_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	      ctest --test-dir $(SAN_BUILD) --output-on-failure -j $(JOBS) -E "fuzz_smoke|py_"
+	      ctest --test-dir $(SAN_BUILD) --output-on-failure -j $(JOBS) -E "fuzz_smoke|py_|wheel"
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD)
