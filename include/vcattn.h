@@ -23,6 +23,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Marks what the shared library exports: the functions of this header and
+ * nothing else (the library is built with hidden visibility). */
+#if defined(__GNUC__) || defined(__clang__)
+#define VCATTN_API __attribute__((visibility("default")))
+#else
+#define VCATTN_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -36,8 +44,8 @@ extern "C" {
     (VCATTN_VERSION_MAJOR * 10000 + VCATTN_VERSION_MINOR * 100 + VCATTN_VERSION_PATCH)
 
 /* The version of the library actually linked (compare with the macros). */
-unsigned vcattn_version_number(void);
-const char *vcattn_version_string(void);
+VCATTN_API unsigned vcattn_version_number(void);
+VCATTN_API const char *vcattn_version_string(void);
 
 /* ----------------------------------------------------------------- status */
 
@@ -61,7 +69,7 @@ typedef enum {
 } vcattn_status;
 
 /* Static description of a status ("invalid argument", ...); never NULL. */
-const char *vcattn_status_string(vcattn_status status);
+VCATTN_API const char *vcattn_status_string(vcattn_status status);
 
 /* ---------------------------------------------------------------- tensors */
 
@@ -71,7 +79,7 @@ typedef enum {
     VCATTN_DTYPE_BF16
 } vcattn_dtype;
 
-const char *vcattn_dtype_name(vcattn_dtype dtype);
+VCATTN_API const char *vcattn_dtype_name(vcattn_dtype dtype);
 
 /*
  * A 4-D view [batch, heads, tokens, head_dim] over caller memory. data must be
@@ -89,11 +97,11 @@ typedef struct {
 } vcattn_tensor;
 
 /* Contiguous [B,H,N,D] view. */
-vcattn_tensor vcattn_tensor_bhnd(void *data, vcattn_dtype dtype, int64_t batch,
-                                 int64_t heads, int64_t tokens, int64_t head_dim);
+VCATTN_API vcattn_tensor vcattn_tensor_bhnd(void *data, vcattn_dtype dtype, int64_t batch,
+                                            int64_t heads, int64_t tokens, int64_t head_dim);
 /* Contiguous [B,N,H,D] view. */
-vcattn_tensor vcattn_tensor_bnhd(void *data, vcattn_dtype dtype, int64_t batch,
-                                 int64_t heads, int64_t tokens, int64_t head_dim);
+VCATTN_API vcattn_tensor vcattn_tensor_bnhd(void *data, vcattn_dtype dtype, int64_t batch,
+                                            int64_t heads, int64_t tokens, int64_t head_dim);
 
 /*
  * Rotary position embedding tables, supplied by the caller: cos and sin are
@@ -203,7 +211,7 @@ typedef struct {
  * key or overflow (docs/robustness.md); real attention stays below 10^3. */
 #define VCATTN_MAX_SCORE_LOG2 1048576.0 /* 2^20 */
 
-vcattn_config vcattn_config_default(void);
+VCATTN_API vcattn_config vcattn_config_default(void);
 
 /*
  * Named presets: "bf16", "fp8-naive", "sage2", "vsmooth", "vc", "sage3-4bit",
@@ -213,9 +221,9 @@ vcattn_config vcattn_config_default(void);
  * it costs the vc kernel 17%, so no preset has it by default).
  * Returns VCATTN_ERR_UNKNOWN_NAME for anything else.
  */
-vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg);
+VCATTN_API vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg);
 /* The NULL-terminated list of base method names, in order of the paper. */
-const char *const *vcattn_method_names(void);
+VCATTN_API const char *const *vcattn_method_names(void);
 
 /* --------------------------------------------------------------- contexts */
 
@@ -225,7 +233,7 @@ typedef enum {
     VCATTN_BACKEND_CUDA
 } vcattn_backend;
 
-const char *vcattn_backend_name(vcattn_backend backend);
+VCATTN_API const char *vcattn_backend_name(vcattn_backend backend);
 
 typedef struct vcattn_context vcattn_context;
 
@@ -235,12 +243,12 @@ typedef struct vcattn_context vcattn_context;
  * may be used from any thread, by one thread at a time; separate contexts
  * (each with its own layer states) may run calls concurrently: the library
  * keeps no other mutable state. */
-vcattn_status vcattn_create(vcattn_context **ctx, vcattn_backend backend);
-void vcattn_destroy(vcattn_context *ctx);  /* NULL-safe */
+VCATTN_API vcattn_status vcattn_create(vcattn_context **ctx, vcattn_backend backend);
+VCATTN_API void vcattn_destroy(vcattn_context *ctx);  /* NULL-safe */
 /* The backend a context resolved to (AUTO never comes back). */
-vcattn_backend vcattn_context_backend(const vcattn_context *ctx);
+VCATTN_API vcattn_backend vcattn_context_backend(const vcattn_context *ctx);
 /* Message of the last failed call on this context ("" if none); never NULL. */
-const char *vcattn_last_error(const vcattn_context *ctx);
+VCATTN_API const char *vcattn_last_error(const vcattn_context *ctx);
 /* CUDA contexts run every later call on this stream (a cudaStream_t; NULL, the
  * default, is the legacy default stream) on the device current at the call.
  * Tensors may live on that device (used in place) or in
@@ -248,9 +256,9 @@ const char *vcattn_last_error(const vcattn_context *ctx);
  * queued, unless it must read something back: host outputs, the non-finite
  * check (cfg.check_finite), or a new grouping for a layer. CPU contexts
  * accept and ignore it. */
-vcattn_status vcattn_set_cuda_stream(vcattn_context *ctx, void *stream);
+VCATTN_API vcattn_status vcattn_set_cuda_stream(vcattn_context *ctx, void *stream);
 /* Whether a backend can run here; if not, why (static string) in *why. */
-int vcattn_backend_available(vcattn_backend backend, const char **why);
+VCATTN_API int vcattn_backend_available(vcattn_backend backend, const char **why);
 
 /* ------------------------------------------------------------ layer state */
 
@@ -263,13 +271,13 @@ int vcattn_backend_available(vcattn_backend backend, const char **why);
 typedef struct vcattn_layer vcattn_layer;
 
 /* num_steps >= 1: the denoising steps of the schedule. */
-vcattn_status vcattn_layer_create(vcattn_layer **layer, int num_steps);
-void vcattn_layer_destroy(vcattn_layer *layer);  /* NULL-safe */
+VCATTN_API vcattn_status vcattn_layer_create(vcattn_layer **layer, int num_steps);
+VCATTN_API void vcattn_layer_destroy(vcattn_layer *layer);  /* NULL-safe */
 /* Sets the denoising step the next calls belong to, in [0, num_steps). */
-vcattn_status vcattn_layer_set_step(vcattn_layer *layer, int step);
-int vcattn_layer_step(const vcattn_layer *layer);
+VCATTN_API vcattn_status vcattn_layer_set_step(vcattn_layer *layer, int step);
+VCATTN_API int vcattn_layer_step(const vcattn_layer *layer);
 /* Forgets centroids and permutation (next grouping starts cold). */
-void vcattn_layer_reset(vcattn_layer *layer);
+VCATTN_API void vcattn_layer_reset(vcattn_layer *layer);
 
 typedef enum {
     VCATTN_GROUP_NONE = 0,  /* no V-Smooth on this call */
@@ -278,9 +286,9 @@ typedef enum {
     VCATTN_GROUP_REUSE      /* the stored permutation, demeaned */
 } vcattn_grouping;
 
-const char *vcattn_grouping_name(vcattn_grouping grouping);
+VCATTN_API const char *vcattn_grouping_name(vcattn_grouping grouping);
 /* What a call with this config would do at the layer's current step. */
-vcattn_grouping vcattn_layer_plan(const vcattn_layer *layer, const vcattn_config *cfg);
+VCATTN_API vcattn_grouping vcattn_layer_plan(const vcattn_layer *layer, const vcattn_config *cfg);
 
 /* -------------------------------------------------------------- attention */
 
@@ -304,11 +312,11 @@ vcattn_grouping vcattn_layer_plan(const vcattn_layer *layer, const vcattn_config
  * memory (a stride_head of 0, heads or rows that overlap). Such calls return
  * VCATTN_ERR_INVALID_ARGUMENT, as the in-place call out = q does.
  */
-vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_config *cfg,
-                               const vcattn_tensor *q, const vcattn_tensor *k,
-                               const vcattn_tensor *v, const vcattn_tensor *out,
-                               float *lse, const vcattn_rope *rope,
-                               vcattn_layer *layer);
+VCATTN_API vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_config *cfg,
+                                          const vcattn_tensor *q, const vcattn_tensor *k,
+                                          const vcattn_tensor *v, const vcattn_tensor *out,
+                                          float *lse, const vcattn_rope *rope,
+                                          vcattn_layer *layer);
 
 /* ------------------------------------------------------ built-in workload */
 
@@ -328,10 +336,10 @@ typedef struct {
 
 /* Presets: "tiny", "small", "wan2.2-720p", "longcat-480p", "hunyuan-720p",
  * "seq-32k", "d64". Returns VCATTN_ERR_UNKNOWN_NAME for anything else. */
-vcattn_status vcattn_workload_generate(const char *name, uint64_t seed,
-                                       vcattn_workload *out);
-void vcattn_workload_free(vcattn_workload *w);  /* NULL-safe; zeroes *w */
-const char *const *vcattn_workload_names(void);
+VCATTN_API vcattn_status vcattn_workload_generate(const char *name, uint64_t seed,
+                                                  vcattn_workload *out);
+VCATTN_API void vcattn_workload_free(vcattn_workload *w);  /* NULL-safe; zeroes *w */
+VCATTN_API const char *const *vcattn_workload_names(void);
 
 #ifdef __cplusplus
 }
