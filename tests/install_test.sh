@@ -1,0 +1,68 @@
+#!/bin/sh
+# What a C user gets from `cmake --install`: the header, the shared library,
+# find_package(vcattn) and pkg-config. Installs the build into a temporary
+# prefix, then builds and runs a small program against it both ways.
+# Usage: sh tests/install_test.sh BUILD_DIR
+build=${1:?usage: sh tests/install_test.sh BUILD_DIR}
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+prefix="$tmp/prefix"
+status=0
+if ! cmake --install "$build" --prefix "$prefix" >"$tmp/log" 2>&1; then
+    cat "$tmp/log"
+    echo "install: FAILED, cmake --install"
+    exit 1
+fi
+pc=$(find "$prefix" -name vcattn.pc | head -1)
+libdir=$(dirname "$(dirname "$pc")")
+for f in "$prefix/include/vcattn.h" "$pc" "$libdir/cmake/vcattn/vcattnConfig.cmake" "$prefix/bin/vcattn"; do
+    if [ -e "$f" ]; then echo "ok: ${f#"$prefix"/}"; else echo "FAIL: ${f#"$prefix"/} not installed"; status=1; fi
+done
+mkdir "$tmp/app"
+cat >"$tmp/app/main.c" <<'C'
+#include <stdio.h>
+#include <vcattn.h>
+int main(void) {
+    enum { N = 64, D = 64 };
+    static float q[N * D], out[N * D];
+    for (int i = 0; i < N * D; i++) q[i] = (float)((i * 37) % 17) / 17.0f - 0.5f;
+    vcattn_context *ctx;
+    if (vcattn_create(&ctx, VCATTN_BACKEND_CPU)) return 1;
+    vcattn_config cfg = vcattn_config_default();
+    vcattn_tensor t = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, 1, N, D);
+    vcattn_tensor o = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, 1, N, D);
+    vcattn_status st = vcattn_attention(ctx, &cfg, &t, &t, &t, &o, NULL, NULL, NULL);
+    printf("vcattn %s: %s\n", vcattn_version_string(), st ? vcattn_last_error(ctx) : "attention ok");
+    vcattn_destroy(ctx);
+    return st != VCATTN_OK;
+}
+C
+cat >"$tmp/app/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.22)
+project(app C)
+find_package(vcattn 0.1 REQUIRED)
+add_executable(app main.c)
+target_link_libraries(app PRIVATE vcattn::vcattn)
+CM
+if cmake -S "$tmp/app" -B "$tmp/app/build" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/log" 2>&1 &&
+   cmake --build "$tmp/app/build" >>"$tmp/log" 2>&1 && "$tmp/app/build/app"; then
+    echo "ok: find_package(vcattn) builds and runs a program"
+else
+    tail -20 "$tmp/log"
+    echo "FAIL: find_package(vcattn)"
+    status=1
+fi
+if command -v pkg-config >/dev/null 2>&1; then
+    # shellcheck disable=SC2046
+    if cc -o "$tmp/app2" "$tmp/app/main.c" $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs vcattn) &&
+       LD_LIBRARY_PATH="$libdir" "$tmp/app2"; then
+        echo "ok: pkg-config builds and runs a program"
+    else
+        echo "FAIL: pkg-config"
+        status=1
+    fi
+else
+    echo "install: pkg-config not found, that part SKIPPED"
+fi
+[ $status = 0 ] && echo "install: passed" || echo "install: FAILED"
+exit $status
