@@ -188,5 +188,11 @@ npy_f32 "$tmp/nhd.npy" "1, 16, 2, 8" 256
 check "warns on more heads than tokens" 0 "more heads than tokens suggests NHD" -- \
     run --backend cpu --method sage2 --q "$tmp/nhd.npy" --k "$tmp/nhd.npy" --v "$tmp/nhd.npy"
 
+# Options as --name=value too, and names in any case.
+check "--name=value options" 0 "cosine" -- run --workload=tiny --method=sage2 --backend=cpu
+check "lower-case layout name" 0 "cosine" -- \
+    run --backend cpu --method sage2 --layout nhd --q "$tmp/z.npy" --k "$tmp/z.npy" --v "$tmp/z.npy"
+check "--json=1 refused" 2 "takes no value" -- run --workload tiny --json=1
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "vcattn.h"
@@ -161,9 +162,10 @@ static const name_value DTYPE_NAMES[] = {
     {"bf16", VCATTN_DTYPE_BF16}, {"f16", VCATTN_DTYPE_F16}, {"f32", VCATTN_DTYPE_F32}, {NULL, 0}};
 static const name_value LAYOUT_NAMES[] = {{"HND", 0}, {"NHD", 1}, {NULL, 0}};
 
+/* Names match whatever their case (--layout nhd, --dtype BF16). */
 static int lookup(const name_value *t, const char *s, int *out) {
     for (; t->name; t++)
-        if (strcmp(t->name, s) == 0) {
+        if (strcasecmp(t->name, s) == 0) {
             *out = t->value;
             return 1;
         }
@@ -311,7 +313,15 @@ static int parse_options(int argc, char **argv, options *o) {
     const char *cmd = o->cmd;
     char buf[256];
     for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
+        /* --name value, or --name=value */
+        char name[64];
+        const char *a = argv[i], *inline_val = NULL, *eq = strchr(a, '=');
+        if (a[0] == '-' && a[1] == '-' && eq && (size_t)(eq - a) < sizeof name) {
+            memcpy(name, a, (size_t)(eq - a));
+            name[eq - a] = '\0';
+            a = name;
+            inline_val = eq + 1;
+        }
         const opt_spec *spec = NULL;
         for (size_t j = 0; j < NUM_OPTS; j++)
             if (strcmp(OPTS[j].name, a) == 0) spec = &OPTS[j];
@@ -321,8 +331,11 @@ static int parse_options(int argc, char **argv, options *o) {
         }
         const char *val = NULL;
         if (spec->takes_value) {
-            if (i + 1 >= argc) return usage_error(cmd, "option '%s' needs a value", a);
-            val = argv[++i];
+            if (inline_val) val = inline_val;
+            else if (i + 1 >= argc) return usage_error(cmd, "option '%s' needs a value", a);
+            else val = argv[++i];
+        } else if (inline_val) {
+            return usage_error(cmd, "option '%s' takes no value", a);
         }
         long n;
         int rc = PROCEED, choice = 0;
