@@ -1,11 +1,30 @@
 """ctypes mirror of include/vcattn.h: the structs, enums and calls the Python
-side uses. Field order and types must follow the header exactly."""
+side uses. python/tests/test_abi.py holds it to the header, field by field."""
 import ctypes
+import enum
 import os
 
 F32, F16, BF16 = 0, 1, 2
 BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA = 0, 1, 2
-ERR_OUT_OF_MEMORY = 9  # vcattn_status
+
+
+class Status(enum.IntEnum):
+    """vcattn_status (VCATTN_OK, VCATTN_ERR_<name>)."""
+    OK = 0
+    NULL_POINTER = 1
+    INVALID_ARGUMENT = 2
+    SHAPE_MISMATCH = 3
+    UNSUPPORTED_DTYPE = 4
+    UNSUPPORTED_HEAD_DIM = 5
+    UNSUPPORTED_CONFIG = 6
+    NONFINITE_INPUT = 7
+    BACKEND_UNAVAILABLE = 8
+    OUT_OF_MEMORY = 9
+    IO = 10
+    BAD_FILE_FORMAT = 11
+    UNKNOWN_NAME = 12
+    DEVICE = 13
+    INTERNAL = 14
 
 
 class Tensor(ctypes.Structure):

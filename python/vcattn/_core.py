@@ -181,9 +181,11 @@ def _view(data_ptr, dtype_code, shape_bhnd, strides_bhnd):
 
 def _raise(ctx, st):
     msg = lib().vcattn_last_error(ctx).decode() or lib().vcattn_status_string(st).decode()
-    if st in (1, 2, 3, 4, 5, 6, 7):  # null, invalid, shape, dtype, head dim, config, non-finite
+    S = _capi.Status
+    if st in (S.NULL_POINTER, S.INVALID_ARGUMENT, S.SHAPE_MISMATCH, S.UNSUPPORTED_DTYPE,
+              S.UNSUPPORTED_HEAD_DIM, S.UNSUPPORTED_CONFIG, S.NONFINITE_INPUT):
         raise ValueError("vcattn: " + msg)
-    if st == _capi.ERR_OUT_OF_MEMORY:
+    if st == S.OUT_OF_MEMORY:
         raise OutOfMemoryError("vcattn: " + msg)
     raise VcattnError("vcattn: " + msg)
 

@@ -1,0 +1,57 @@
+"""The ctypes mirror (python/vcattn/_capi.py) against include/vcattn.h: the
+structs field by field with their C types, and the status codes by name and
+value. Any change to the header that the mirror does not follow fails here.
+Needs nothing but Python (no library, no numpy)."""
+import ctypes
+import os
+import re
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, ".."))
+sys.path.insert(0, here)
+
+from vcattn import _capi  # noqa: E402
+from harness import check, finish  # noqa: E402
+
+header = open(os.path.join(here, "..", "..", "include", "vcattn.h")).read()
+header = re.sub(r"/\*.*?\*/", "", header, flags=re.S)  # comments out
+
+C_TYPES = {"int": ctypes.c_int, "float": ctypes.c_float, "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64}
+ENUMS = set(re.findall(r"\}\s*(vcattn_\w+);", header))  # typedef'd names: enums resolve to int
+
+
+def c_fields(struct):
+    body = re.search(r"typedef struct \{([^}]*)\}\s*%s;" % struct, header).group(1)
+    fields = []
+    for decl in filter(None, (d.strip() for d in body.split(";"))):
+        m = re.match(r"(const\s+)?(\w+)\s+(.*)", decl)
+        ctype, names = m.group(2), m.group(3)
+        for name in (n.strip() for n in names.split(",")):
+            if name.startswith("*"):
+                fields.append((name.lstrip("*").strip(), ctypes.c_void_p))
+            else:
+                fields.append((name, C_TYPES.get(ctype, ctypes.c_int if ctype in ENUMS else None)))
+    return fields
+
+
+for struct, mirror in (("vcattn_config", _capi.Config), ("vcattn_tensor", _capi.Tensor)):
+    want = c_fields(struct)
+    got = [(n, t) for n, t in mirror._fields_]
+    check(len(want) == len(got), "%s: the header has %d fields, the mirror %d" % (struct, len(want), len(got)))
+    for (wn, wt), (gn, gt) in zip(want, got):
+        check(wn == gn and wt is gt, "%s: header field %s (%s), mirror %s (%s)" % (
+            struct, wn, getattr(wt, "__name__", wt), gn, gt.__name__))
+
+body = re.search(r"typedef enum \{([^}]*)\}\s*vcattn_status;", header).group(1)
+value, statuses = -1, {}
+for item in filter(None, (i.strip() for i in body.split(","))):
+    name, _, init = item.partition("=")
+    value = int(init) if init.strip() else value + 1
+    statuses[name.strip()] = value
+statuses.pop("VCATTN_STATUS_COUNT")
+mirrored = {"VCATTN_" + ("" if s.name == "OK" else "ERR_") + s.name: int(s) for s in _capi.Status}
+check(mirrored == statuses, "status codes differ: header %s, mirror %s" % (
+    sorted(set(statuses.items()) - set(mirrored.items())), sorted(set(mirrored.items()) - set(statuses.items()))))
+
+finish("test_abi")
