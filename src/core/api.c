@@ -1,4 +1,4 @@
-/* Contexts, errors, tensor views, argument validation and backend dispatch. */
+/* Contexts, argument validation and backend dispatch. */
 #include "internal.h"
 #include "../cpu/cpu_backend.h"
 #include "../cuda/cuda_backend.h"
@@ -7,16 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-vcattn_status vcattn_fail(vcattn_context *ctx, vcattn_status status, const char *fmt, ...) {
-    if (ctx) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
 
 /* ------------------------------------------------------------- contexts */
 
@@ -73,76 +63,6 @@ vcattn_status vcattn_set_cuda_stream(vcattn_context *ctx, void *stream) {
     if (!ctx) return VCATTN_ERR_NULL_POINTER;
     ctx->cuda_stream = stream;
     return VCATTN_OK;
-}
-
-/* -------------------------------------------------------------- tensors */
-
-/* Stride products in unsigned arithmetic: shapes the validation refuses
- * (a zero or negative dim beside huge ones) must not overflow a signed
- * product on the way there. */
-static int64_t stride_of(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
-
-vcattn_tensor vcattn_tensor_bhnd(void *data, vcattn_dtype dtype, int64_t batch,
-                                 int64_t heads, int64_t tokens, int64_t head_dim) {
-    vcattn_tensor t = {data, dtype, batch, heads, tokens, head_dim,
-                       stride_of(heads, stride_of(tokens, head_dim)), stride_of(tokens, head_dim), head_dim};
-    return t;
-}
-
-vcattn_tensor vcattn_tensor_bnhd(void *data, vcattn_dtype dtype, int64_t batch,
-                                 int64_t heads, int64_t tokens, int64_t head_dim) {
-    vcattn_tensor t = {data, dtype, batch, heads, tokens, head_dim,
-                       stride_of(heads, stride_of(tokens, head_dim)), head_dim, stride_of(heads, head_dim)};
-    return t;
-}
-
-static int64_t row_offset(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n) {
-    return b * t->stride_batch + h * t->stride_head + n * t->stride_token;
-}
-
-float vcattn_tensor_get(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n, int64_t d) {
-    int64_t i = row_offset(t, b, h, n) + d;
-    switch (t->dtype) {
-    case VCATTN_DTYPE_F32: return ((const float *)t->data)[i];
-    case VCATTN_DTYPE_F16: return vcattn_f16_to_f32(((const uint16_t *)t->data)[i]);
-    case VCATTN_DTYPE_BF16: return vcattn_bf16_to_f32(((const uint16_t *)t->data)[i]);
-    }
-    return 0.0f;
-}
-
-void vcattn_tensor_load_row(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n, float *dst) {
-    int64_t base = row_offset(t, b, h, n);
-    switch (t->dtype) {
-    case VCATTN_DTYPE_F32:
-        memcpy(dst, (const float *)t->data + base, (size_t)t->head_dim * sizeof(float));
-        break;
-    case VCATTN_DTYPE_F16:
-        for (int64_t d = 0; d < t->head_dim; d++)
-            dst[d] = vcattn_f16_to_f32(((const uint16_t *)t->data)[base + d]);
-        break;
-    case VCATTN_DTYPE_BF16:
-        for (int64_t d = 0; d < t->head_dim; d++)
-            dst[d] = vcattn_bf16_to_f32(((const uint16_t *)t->data)[base + d]);
-        break;
-    }
-}
-
-void vcattn_tensor_store_row(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n,
-                             const float *src) {
-    int64_t base = row_offset(t, b, h, n);
-    switch (t->dtype) {
-    case VCATTN_DTYPE_F32:
-        memcpy((float *)t->data + base, src, (size_t)t->head_dim * sizeof(float));
-        break;
-    case VCATTN_DTYPE_F16:
-        for (int64_t d = 0; d < t->head_dim; d++)
-            ((uint16_t *)t->data)[base + d] = vcattn_f32_to_f16(src[d]);
-        break;
-    case VCATTN_DTYPE_BF16:
-        for (int64_t d = 0; d < t->head_dim; d++)
-            ((uint16_t *)t->data)[base + d] = vcattn_f32_to_bf16(src[d]);
-        break;
-    }
 }
 
 /* ----------------------------------------------------------- validation */
