@@ -5,6 +5,7 @@
 
 #include "vcattn.h"
 
+#include <math.h>
 #include <stdarg.h>
 
 #ifdef __cplusplus
@@ -64,6 +65,12 @@ typedef struct {
     uint8_t *v_codes;
     float *q_scale, *lse_shift, *k_scale, *v_mean, *v_scale, *k_mean;
 } vcattn_quantized;
+
+/* The softmax scale a call uses: cfg's, or 1/sqrt(head_dim) when it is 0
+ * (the one place this default is written; float, as every backend rounds it). */
+static inline float vcattn_effective_sm_scale(const vcattn_config *cfg, int64_t head_dim) {
+    return cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)head_dim);
+}
 
 /* 1 if head_dim is a power of two (the Hadamard needs one). */
 static inline int vcattn_is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }

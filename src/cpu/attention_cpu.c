@@ -327,7 +327,7 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
     p.cfg = cfg;
     p.batch = q->batch; p.hq = q->heads; p.hkv = k->heads;
     p.nq = q->tokens; p.nk = k->tokens; p.d = q->head_dim;
-    p.sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)p.d);
+    p.sm_scale = vcattn_effective_sm_scale(cfg, p.d);
     const int64_t nkv = p.batch * p.hkv, nqh = p.batch * p.hq;
     const int threads = thread_count(cfg);
 
@@ -427,7 +427,7 @@ vcattn_status cpu_quantize_for_test(vcattn_context *ctx, const vcattn_config *cf
     p.cfg = cfg;
     p.batch = q->batch; p.hq = q->heads; p.hkv = k->heads;
     p.nq = q->tokens; p.nk = k->tokens; p.d = q->head_dim;
-    p.sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)p.d);
+    p.sm_scale = vcattn_effective_sm_scale(cfg, p.d);
     const int64_t nkv = p.batch * p.hkv, nqh = p.batch * p.hq, d = p.d, tiles = (p.nk + 127) / 128;
     int clusters = vsmooth_cluster_count(cfg, p.nk);
     vcattn_grouping plan = vsmooth_resolve_plan(cfg, layer, p.batch, p.hkv, p.nk, p.d, clusters);

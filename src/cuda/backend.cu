@@ -338,7 +338,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     op->key_bias = qs ? cs.take<float>(qh * T * VC_KV_ROWS) : nullptr;
     if ((err = cudaMemsetAsync(op->flag, 0, 4 * sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
 
-    const float sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)D);
+    const float sm_scale = vcattn_effective_sm_scale(cfg, (int64_t)D);
     const float hadamard_scale = 1.0f / sqrtf((float)D);
     const quant_common ck = {(int)c.B, (int)c.Hkv, (int)Nk, (int)D, cfg->check_finite, op->flag};
     const quant_common cq = {(int)c.B, (int)c.Hq, (int)Nq, (int)D, cfg->check_finite, op->flag};
@@ -446,7 +446,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     p.batch = (int)c.B; p.heads_q = (int)c.Hq; p.heads_kv = (int)c.Hkv; p.nq = (int)c.Nq; p.nk = (int)c.Nk;
     p.q_tiles = c.QT; p.kv_tiles = c.T;
     p.kv_group_mul = ((1ull << 32) + (uint64_t)(c.Hq / c.Hkv) - 1) / (uint64_t)(c.Hq / c.Hkv);  // exact for heads < 2^16
-    const float sm_scale = cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)c.D);
+    const float sm_scale = vcattn_effective_sm_scale(cfg, c.D);
     p.score_mul = sm_scale * 1.4426950408889634f;
     p.expcast_bias = 120.0f + cfg->expcast_beta;
     if ((err = vc_attention_sm90(p, (int)c.D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped, cs.stream)))
