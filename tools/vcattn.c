@@ -29,6 +29,7 @@
 
 #define EXIT_USAGE 2
 #define PROCEED (-1)        /* from a parser: go on (else it is the exit status) */
+#define UNHANDLED (-2)      /* from an option group: not one of its options */
 #define ERRLEN 512
 #define ENERGY_BLOCK 128    /* rows per V-Smooth block */
 
@@ -307,11 +308,165 @@ static int known_workload(const char *name) {
     return 0;
 }
 
+/* Inputs, outputs and where the call runs: PROCEED, the exit status, or UNHANDLED (not one of these options). */
+static int apply_input_option(options *o, int id, const char *a, const char *val, int run) {
+    const char *cmd = o->cmd;
+    long n;
+    int choice = 0;
+    char buf[256];
+    int rc = PROCEED;
+    switch (id) {
+    case OPT_HELP: fputs(run ? USAGE_RUN : USAGE_EVAL, stdout); return 0;
+    case OPT_JSON: o->json = 1; break;
+    case OPT_Q: o->q_path = val; break;
+    case OPT_K: o->k_path = val; break;
+    case OPT_V:
+        /* --v names both the V file and the V format: a format name wins. */
+        if (!lookup(V_NAMES, val, &o->v)) o->v_path = val;
+        break;
+    case OPT_V_FORMAT: rc = parse_choice(cmd, a, val, V_NAMES, &o->v); break;
+    case OPT_BF16: o->bf16_files = 1; break;
+    case OPT_LAYOUT:
+        rc = parse_choice(cmd, a, val, LAYOUT_NAMES, &o->nhd);
+        o->layout_set = 1;
+        break;
+    case OPT_WORKLOAD:
+        if (!known_workload(val))
+            return usage_error(cmd, "unknown workload '%s' (one of: %s)", val,
+                               join(NULL, vcattn_workload_names(), buf, sizeof buf));
+        o->workload = val;
+        break;
+    case OPT_SEED:
+        if (!parse_u64(val, &o->seed))
+            return usage_error(cmd, "--seed: '%s' is not an unsigned 64-bit integer", val);
+        o->seed_set = 1;
+        break;
+    case OPT_BACKEND:
+        rc = parse_choice(cmd, a, val, BACKEND_NAMES, &choice);
+        o->backend = (vcattn_backend)choice;
+        break;
+    case OPT_DTYPE:
+        rc = parse_choice(cmd, a, val, DTYPE_NAMES, &choice);
+        o->dtype = (vcattn_dtype)choice;
+        o->dtype_set = 1;
+        break;
+    case OPT_THREADS:
+        if (!parse_long(val, 0, VCATTN_MAX_THREADS, &n))
+            return usage_error(cmd, "--threads: '%s' is not an integer in [0, %d]", val, VCATTN_MAX_THREADS);
+        o->threads = (int)n;
+        break;
+    case OPT_OUT: o->out_path = val; break;
+    default: return UNHANDLED;
+    }
+    return rc;
+}
+
+/* The method and its switches: PROCEED, the exit status, or UNHANDLED (not one of these options). */
+static int apply_method_option(options *o, int id, const char *a, const char *val) {
+    const char *cmd = o->cmd;
+    long n;
+    char buf[256];
+    int rc = PROCEED;
+    switch (id) {
+    case OPT_METHOD: {
+        vcattn_config probe;
+        if (vcattn_config_from_method(val, &probe) != VCATTN_OK)
+            return usage_error(cmd, "unknown method '%s' (one of: %s; each may take +hadamard)",
+                               val, join(NULL, vcattn_method_names(), buf, sizeof buf));
+        o->method = val;
+        break;
+    }
+    case OPT_HADAMARD: o->hadamard = 1; break;
+    case OPT_NO_HADAMARD: o->hadamard = 0; break;
+    case OPT_K_SMOOTHING: o->k_smoothing = 1; break;
+    case OPT_NO_K_SMOOTHING: o->k_smoothing = 0; break;
+    case OPT_Q_SMOOTHING: o->q_smoothing = 1; break;
+    case OPT_VSMOOTH: o->vsmooth = 1; break;
+    case OPT_NO_VSMOOTH: o->vsmooth = 0; break;
+    case OPT_QK: rc = parse_choice(cmd, a, val, QK_NAMES, &o->qk); break;
+    case OPT_P: rc = parse_choice(cmd, a, val, P_NAMES, &o->p); break;
+    case OPT_CLUSTERS:
+        if (!parse_long(val, 1, VCATTN_MAX_KMEANS_CLUSTERS, &n))
+            return usage_error(cmd, "--clusters: '%s' is not an integer in [1, %d]", val,
+                               VCATTN_MAX_KMEANS_CLUSTERS);
+        o->clusters = (int)n;
+        break;
+    case OPT_ITERS:
+        if (!parse_long(val, 1, VCATTN_MAX_KMEANS_ITERS, &n))
+            return usage_error(cmd, "--iters: '%s' is not an integer in [1, %d]", val, VCATTN_MAX_KMEANS_ITERS);
+        o->iters = (int)n;
+        break;
+    case OPT_SINK_GUARD:
+        if (!parse_float(val, 0.0, 1.0, 0, &o->sink_guard))
+            return usage_error(cmd, "--sink-guard: '%s' is not a number in [0, 1]", val);
+        break;
+    case OPT_BETA:
+        if (!parse_float(val, -1.0, 1.0, 1, &o->beta))
+            return usage_error(cmd, "--beta: '%s' is not a number in (-1, 1)", val);
+        break;
+    case OPT_SM_SCALE:
+        if (!parse_float(val, 0.0, VCATTN_MAX_SM_SCALE, 0, &o->sm_scale))
+            return usage_error(cmd, "--sm-scale: '%s' is not a number in [0, %g]", val,
+                               (double)VCATTN_MAX_SM_SCALE);
+        break;
+    default: return UNHANDLED;
+    }
+    return rc;
+}
+
+/* eval's own options: PROCEED, the exit status, or UNHANDLED (not one of these options). */
+static int apply_eval_option(options *o, int id, const char *a, const char *val, int run) {
+    const char *cmd = o->cmd;
+    long n;
+    int rc = PROCEED;
+    switch (id) {
+    case OPT_SIZE:
+        if (run) return usage_error(cmd, "--size belongs to eval --study all");
+        if (strcmp(val, "small") != 0)
+            return usage_error(cmd, "--size: '%s' is not available: the studies run on the CPU, where only "
+                                    "the small presets take minutes (full-size fidelity: vcattn eval "
+                                    "--workload wan2.2-720p --backend cuda)", val);
+        break;
+    case OPT_DRAWS:
+        if (run) return usage_error(cmd, "--draws belongs to eval");
+        if (!parse_long(val, 1, MAX_DRAWS, &n))
+            return usage_error(cmd, "--draws: '%s' is not an integer in [1, %d]", val, MAX_DRAWS);
+        o->draws = (int)n;
+        break;
+    case OPT_STUDY:
+        if (run) return usage_error(cmd, "--study belongs to eval");
+        if (strcmp(val, "orders") && strcmp(val, "expcast") && strcmp(val, "stats") &&
+            strcmp(val, "schedule") && strcmp(val, "studies") && strcmp(val, "all"))
+            return usage_error(cmd,
+                               "unknown study '%s' (one of: orders, expcast, stats, schedule, studies, all)",
+                               val);
+        o->study = val;
+        break;
+    case OPT_METHODS: {
+        if (run) return usage_error(cmd, "--methods belongs to eval (run takes --method)");
+        if (strlen(val) >= sizeof o->methods_buf) return usage_error(cmd, "--methods: list too long");
+        strcpy(o->methods_buf, val);
+        o->n_methods = 0;
+        for (char *m = strtok(o->methods_buf, ","); m; m = strtok(NULL, ",")) {
+            vcattn_config probe;
+            if (vcattn_config_from_method(m, &probe) != VCATTN_OK)
+                return usage_error(cmd, "--methods: unknown method '%s'", m);
+            if (o->n_methods == MAX_EVAL_METHODS)
+                return usage_error(cmd, "--methods: at most %d methods", MAX_EVAL_METHODS);
+            o->methods[o->n_methods++] = m;
+        }
+        if (!o->n_methods) return usage_error(cmd, "--methods: empty list");
+        break;
+    }
+    default: return UNHANDLED;
+    }
+    return rc;
+}
+
 /* Parses argv[2..] of run or eval into o; PROCEED, or the exit status. */
 static int parse_options(int argc, char **argv, options *o) {
     const int run = strcmp(o->cmd, "run") == 0;
     const char *cmd = o->cmd;
-    char buf[256];
     for (int i = 2; i < argc; i++) {
         /* --name value, or --name=value */
         char name[64];
@@ -337,129 +492,9 @@ static int parse_options(int argc, char **argv, options *o) {
         } else if (inline_val) {
             return usage_error(cmd, "option '%s' takes no value", a);
         }
-        long n;
-        int rc = PROCEED, choice = 0;
-        switch (spec->id) {
-        case OPT_HELP: fputs(run ? USAGE_RUN : USAGE_EVAL, stdout); return 0;
-        case OPT_JSON: o->json = 1; break;
-        case OPT_Q: o->q_path = val; break;
-        case OPT_K: o->k_path = val; break;
-        case OPT_V:
-            /* --v names both the V file and the V format: a format name wins. */
-            if (!lookup(V_NAMES, val, &o->v)) o->v_path = val;
-            break;
-        case OPT_V_FORMAT: rc = parse_choice(cmd, a, val, V_NAMES, &o->v); break;
-        case OPT_BF16: o->bf16_files = 1; break;
-        case OPT_LAYOUT:
-            rc = parse_choice(cmd, a, val, LAYOUT_NAMES, &o->nhd);
-            o->layout_set = 1;
-            break;
-        case OPT_WORKLOAD:
-            if (!known_workload(val))
-                return usage_error(cmd, "unknown workload '%s' (one of: %s)", val,
-                                   join(NULL, vcattn_workload_names(), buf, sizeof buf));
-            o->workload = val;
-            break;
-        case OPT_SEED:
-            if (!parse_u64(val, &o->seed))
-                return usage_error(cmd, "--seed: '%s' is not an unsigned 64-bit integer", val);
-            o->seed_set = 1;
-            break;
-        case OPT_METHOD: {
-            vcattn_config probe;
-            if (vcattn_config_from_method(val, &probe) != VCATTN_OK)
-                return usage_error(cmd, "unknown method '%s' (one of: %s; each may take +hadamard)",
-                                   val, join(NULL, vcattn_method_names(), buf, sizeof buf));
-            o->method = val;
-            break;
-        }
-        case OPT_BACKEND:
-            rc = parse_choice(cmd, a, val, BACKEND_NAMES, &choice);
-            o->backend = (vcattn_backend)choice;
-            break;
-        case OPT_DTYPE:
-            rc = parse_choice(cmd, a, val, DTYPE_NAMES, &choice);
-            o->dtype = (vcattn_dtype)choice;
-            o->dtype_set = 1;
-            break;
-        case OPT_THREADS:
-            if (!parse_long(val, 0, VCATTN_MAX_THREADS, &n))
-                return usage_error(cmd, "--threads: '%s' is not an integer in [0, %d]", val, VCATTN_MAX_THREADS);
-            o->threads = (int)n;
-            break;
-        case OPT_OUT: o->out_path = val; break;
-        case OPT_HADAMARD: o->hadamard = 1; break;
-        case OPT_NO_HADAMARD: o->hadamard = 0; break;
-        case OPT_K_SMOOTHING: o->k_smoothing = 1; break;
-        case OPT_NO_K_SMOOTHING: o->k_smoothing = 0; break;
-        case OPT_Q_SMOOTHING: o->q_smoothing = 1; break;
-        case OPT_VSMOOTH: o->vsmooth = 1; break;
-        case OPT_NO_VSMOOTH: o->vsmooth = 0; break;
-        case OPT_QK: rc = parse_choice(cmd, a, val, QK_NAMES, &o->qk); break;
-        case OPT_P: rc = parse_choice(cmd, a, val, P_NAMES, &o->p); break;
-        case OPT_CLUSTERS:
-            if (!parse_long(val, 1, VCATTN_MAX_KMEANS_CLUSTERS, &n))
-                return usage_error(cmd, "--clusters: '%s' is not an integer in [1, %d]", val,
-                                   VCATTN_MAX_KMEANS_CLUSTERS);
-            o->clusters = (int)n;
-            break;
-        case OPT_ITERS:
-            if (!parse_long(val, 1, VCATTN_MAX_KMEANS_ITERS, &n))
-                return usage_error(cmd, "--iters: '%s' is not an integer in [1, %d]", val, VCATTN_MAX_KMEANS_ITERS);
-            o->iters = (int)n;
-            break;
-        case OPT_SIZE:
-            if (run) return usage_error(cmd, "--size belongs to eval --study all");
-            if (strcmp(val, "small") != 0)
-                return usage_error(cmd, "--size: '%s' is not available: the studies run on the CPU, where only "
-                                        "the small presets take minutes (full-size fidelity: vcattn eval "
-                                        "--workload wan2.2-720p --backend cuda)", val);
-            break;
-        case OPT_SINK_GUARD:
-            if (!parse_float(val, 0.0, 1.0, 0, &o->sink_guard))
-                return usage_error(cmd, "--sink-guard: '%s' is not a number in [0, 1]", val);
-            break;
-        case OPT_BETA:
-            if (!parse_float(val, -1.0, 1.0, 1, &o->beta))
-                return usage_error(cmd, "--beta: '%s' is not a number in (-1, 1)", val);
-            break;
-        case OPT_SM_SCALE:
-            if (!parse_float(val, 0.0, VCATTN_MAX_SM_SCALE, 0, &o->sm_scale))
-                return usage_error(cmd, "--sm-scale: '%s' is not a number in [0, %g]", val,
-                                   (double)VCATTN_MAX_SM_SCALE);
-            break;
-        case OPT_DRAWS:
-            if (run) return usage_error(cmd, "--draws belongs to eval");
-            if (!parse_long(val, 1, MAX_DRAWS, &n))
-                return usage_error(cmd, "--draws: '%s' is not an integer in [1, %d]", val, MAX_DRAWS);
-            o->draws = (int)n;
-            break;
-        case OPT_STUDY:
-            if (run) return usage_error(cmd, "--study belongs to eval");
-            if (strcmp(val, "orders") && strcmp(val, "expcast") && strcmp(val, "stats") &&
-                strcmp(val, "schedule") && strcmp(val, "studies") && strcmp(val, "all"))
-                return usage_error(cmd,
-                                   "unknown study '%s' (one of: orders, expcast, stats, schedule, studies, all)",
-                                   val);
-            o->study = val;
-            break;
-        case OPT_METHODS: {
-            if (run) return usage_error(cmd, "--methods belongs to eval (run takes --method)");
-            if (strlen(val) >= sizeof o->methods_buf) return usage_error(cmd, "--methods: list too long");
-            strcpy(o->methods_buf, val);
-            o->n_methods = 0;
-            for (char *m = strtok(o->methods_buf, ","); m; m = strtok(NULL, ",")) {
-                vcattn_config probe;
-                if (vcattn_config_from_method(m, &probe) != VCATTN_OK)
-                    return usage_error(cmd, "--methods: unknown method '%s'", m);
-                if (o->n_methods == MAX_EVAL_METHODS)
-                    return usage_error(cmd, "--methods: at most %d methods", MAX_EVAL_METHODS);
-                o->methods[o->n_methods++] = m;
-            }
-            if (!o->n_methods) return usage_error(cmd, "--methods: empty list");
-            break;
-        }
-        }
+        int rc = apply_input_option(o, spec->id, a, val, run);
+        if (rc == UNHANDLED) rc = apply_method_option(o, spec->id, a, val);
+        if (rc == UNHANDLED) rc = apply_eval_option(o, spec->id, a, val, run);
         if (rc != PROCEED) return rc;
     }
     int files = o->q_path || o->k_path || o->v_path;
@@ -1035,36 +1070,215 @@ static void print_per_draw(const options *o, int draws, const char *const *metho
     if (f[0] && (f[1] || f[2])) printf(".\n");
 }
 
+/* Everything eval reports: the rows of its methods and what they share. */
+typedef struct {
+    const char *const *methods;
+    size_t n;
+    int draws;
+    eval_row rows[MAX_EVAL_METHODS];
+    eval_sums *sums;
+    double energy[2];       /* block-mean energy share: sequence order, grouped */
+    int clusters;           /* of the grouping the energy share is measured in */
+    const char *backend;
+    double share[3];        /* value-term share of EVAL_FOCUS[f] */
+    int dominates[3], found[3], n_found;
+} eval_report;
+
+/* Buffers one draw of eval needs: the method's output, its exact-V output,
+ * the FP64 reference. */
+typedef struct {
+    float *oq, *opv;
+    double *ref;
+} eval_buffers;
+
+/* One method on one draw: O_q, O_pv (quantized P, exact V), their sums. */
+static int eval_method(const options *o, vcattn_context *ctx, vcattn_context *cpu_ctx, const char *method,
+                       const inputs *in, const eval_buffers *buf, int draw, int draws, eval_row *r,
+                       eval_sums *sm) {
+    const int64_t b = in->q.batch, hq = in->q.heads, nq = in->q.tokens, d = in->q.head_dim;
+    const int64_t rows = b * hq * nq;
+    vcattn_tensor tq = vcattn_tensor_bhnd(buf->oq, VCATTN_DTYPE_F32, b, hq, nq, d);
+    vcattn_tensor tpv = vcattn_tensor_bhnd(buf->opv, VCATTN_DTYPE_F32, b, hq, nq, d);
+    vcattn_config cfg;
+    vcattn_config_from_method(method, &cfg);
+    cfg.num_threads = o->threads;
+    if (o->q_smoothing > 0) cfg.q_smoothing = 1;
+    vcattn_context *used, *pv_used;
+    double t0 = now_ms();
+    vcattn_status st = attention_or_cpu(ctx, cpu_ctx, &cfg, in, &tq, &used);
+    r->ms += (now_ms() - t0) / draws;
+    r->backend = vcattn_context_backend(used);
+    /* O_pv: quantized P, exact V. V-Smooth stays as the method has it: its
+     * permutation reorders the key tiles, and with them the running maxima
+     * P is encoded against, so turning it off would move P error into the
+     * value term; with exact V its demeaning is exact. */
+    vcattn_config pv = cfg;
+    pv.v_format = VCATTN_V_EXACT;
+    int own_pv = cfg.v_format == VCATTN_V_EXACT;
+    if (!st && !own_pv) st = attention_or_cpu(ctx, cpu_ctx, &pv, in, &tpv, &pv_used);
+    else pv_used = used;
+    if (st) {
+        char msg[ERRLEN + 64];
+        snprintf(msg, sizeof msg, "%s: %s", method, vcattn_last_error(own_pv ? used : pv_used));
+        return lib_error(st, msg);
+    }
+    const float *o_pv = own_pv ? buf->oq : buf->opv;
+    vcattn_metrics alone;
+    metrics_compute(buf->oq, buf->ref, rows, d, &alone);
+    sm->rel_l2[draw] = alone.rel_l2;
+    metrics_sums_add(&sm->out, buf->oq, buf->ref, rows, d);
+    metrics_sums_add(&sm->pv, o_pv, buf->ref, rows, d);
+    add_sq_diff(o_pv, buf->oq, rows * d, &sm->value_ee);
+    if (cfg.v_format != VCATTN_V_EXACT && (st = value_analysis(&cfg, &in->v, sm->v_sums, NULL)))
+        return lib_error(st, "value analysis");
+    return 0;
+}
+
+/* Every method on one draw (loaded into in), then the draw's energy shares. */
+static int eval_draw(const options *o, vcattn_context *ctx, vcattn_context *cpu_ctx, const inputs *in,
+                     eval_buffers *buf, int draw, eval_report *rep) {
+    fprintf(stderr, "[draw %d/%d] [0/%zu] fp64 reference ...\n", draw + 1, rep->draws, rep->n);
+    vcattn_status st = vcattn_reference_attention(&in->q, &in->k, &in->v, inputs_rope(in), 0.0f, buf->ref, NULL);
+    if (st) return lib_error(st, "fp64 reference attention");
+    for (size_t i = 0; i < rep->n; i++) {
+        fprintf(stderr, "[draw %d/%d] [%zu/%zu] %s ...\n", draw + 1, rep->draws, i + 1, rep->n, rep->methods[i]);
+        int rc = eval_method(o, ctx, cpu_ctx, rep->methods[i], in, buf, draw, rep->draws, &rep->rows[i],
+                             &rep->sums[i]);
+        if (rc) return rc;
+    }
+    vcattn_config vc;  /* the grouping the energy shares are measured in */
+    vcattn_config_from_method("vc", &vc);
+    double e[2] = {0.0, 0.0};
+    if ((st = value_analysis(&vc, &in->v, NULL, e))) return lib_error(st, "value analysis");
+    rep->energy[0] += e[0] / rep->draws;
+    rep->energy[1] += e[1] / rep->draws;
+    rep->clusters = vsmooth_cluster_count(&vc, in->k.tokens);
+    return 0;
+}
+
+/* The rows' metrics and eq. 2 terms from the sums, and whether the value
+ * term dominates (share > 1/2) where V-Smooth should help. */
+static void eval_finish(eval_report *rep) {
+    for (size_t i = 0; i < rep->n; i++) {
+        eval_row *r = &rep->rows[i];
+        const eval_sums *sm = &rep->sums[i];
+        vcattn_metrics pm;
+        metrics_sums_finish(&sm->out, &r->m);
+        metrics_sums_finish(&sm->pv, &pm);
+        r->prob = pm.rel_l2;
+        r->value = sm->out.rr > 0 ? (double)sqrtl(sm->value_ee / sm->out.rr) : 0.0;
+        r->v_err = sm->v_sums[1] > 0.0 ? sqrt(sm->v_sums[0] / sm->v_sums[1]) : 0.0;
+    }
+    for (int f = 0; f < 3; f++)
+        for (size_t i = 0; i < rep->n; i++)
+            if (strcmp(rep->methods[i], EVAL_FOCUS[f]) == 0) {
+                double s = rep->rows[i].prob + rep->rows[i].value;
+                rep->share[f] = s > 0.0 ? rep->rows[i].value / s : 0.0;
+                rep->dominates[f] = rep->share[f] > 0.5;
+                rep->found[f] = 1;
+            }
+    for (int f = 0; f < 3; f++) rep->n_found += rep->found[f];
+}
+
+static void eval_print_json(const inputs *in, const eval_report *rep) {
+    printf("{\"workload\": ");
+    json_str(in->source);
+    printf(", \"backend\": \"%s\", \"dtype\": \"%s\", \"draws\": %d, \"shape\": ", rep->backend,
+           vcattn_dtype_name(in->q.dtype), rep->draws);
+    json_shape(in);
+    printf(", \"methods\": [");
+    for (size_t i = 0; i < rep->n; i++) {
+        const eval_row *r = &rep->rows[i];
+        double s = r->prob + r->value;
+        printf("%s{\"method\": \"%s\", \"metrics\": ", i ? ", " : "", rep->methods[i]);
+        json_metrics(&r->m);
+        printf(", \"v_quant_rel_l2\": "); json_num(r->v_err);
+        printf(", \"prob_term\": "); json_num(r->prob);
+        printf(", \"value_term\": "); json_num(r->value);
+        printf(", \"value_share\": "); json_num(s > 0.0 ? r->value / s : 0.0);
+        printf(", \"time_ms\": "); json_num(r->ms);
+        printf(", \"backend\": \"%s\", \"rel_l2_per_draw\": [", vcattn_backend_name(r->backend));
+        for (int d = 0; d < rep->draws; d++) {
+            printf("%s", d ? ", " : "");
+            json_num(rep->sums[i].rel_l2[d]);
+        }
+        printf("]}");
+    }
+    printf("], \"energy_share\": {\"block\": %d, \"sequence_order\": ", ENERGY_BLOCK);
+    json_num(rep->energy[0]);
+    printf(", \"grouped\": ");
+    json_num(rep->energy[1]);
+    printf("}, \"value_term_dominates\": {");
+    for (int f = 0, k = 0; f < 3; f++)
+        if (rep->found[f])
+            printf("%s\"%s\": %s", k++ ? ", " : "", EVAL_FOCUS[f], rep->dominates[f] ? "true" : "false");
+    printf("}}\n");
+}
+
+/* "... the value term dominates for X but not for Y." */
+static void print_dominance(const eval_report *rep) {
+    printf("Value-term share of the output error:");
+    for (int f = 0; f < 3; f++) printf(" %s %.1f%%%s", EVAL_FOCUS[f], 100.0 * rep->share[f], f < 2 ? "," : "");
+    int n_dom = rep->dominates[0] + rep->dominates[1] + rep->dominates[2];
+    if (n_dom == 3) printf(": the value term dominates for all three.\n");
+    else if (n_dom == 0) printf(": the value term dominates for none of them.\n");
+    else {
+        printf(": the value term dominates for");
+        for (int f = 0, k = 0; f < 3; f++)
+            if (rep->dominates[f]) printf("%s %s", k++ ? "," : "", EVAL_FOCUS[f]);
+        printf(" but not for");
+        for (int f = 0, k = 0; f < 3; f++)
+            if (!rep->dominates[f]) printf("%s %s", k++ ? "," : "", EVAL_FOCUS[f]);
+        printf(".\n");
+    }
+}
+
+static void eval_print_text(const options *o, const inputs *in, const eval_report *rep) {
+    printf("%s, ", in->source);
+    print_shape(in);
+    printf(", %s inputs, backend %s\n\n", vcattn_dtype_name(in->q.dtype), rep->backend);
+    printf("%-20s %10s %10s %10s %7s %10s %9s %9s %9s %6s %9s %s\n", "method", "cosine", "rel L1",
+           "rel L2", "SNR dB", "worst row", "V-q err", "prob", "value", "value%", "time ms", "backend");
+    for (size_t i = 0; i < rep->n; i++) {
+        const eval_row *r = &rep->rows[i];
+        double s = r->prob + r->value;
+        printf("%-20s %10.7f %10.3e %10.3e %7.2f %10.3e %9.3e %9.3e %9.3e %5.1f%% %9.1f %s\n",
+               rep->methods[i], r->m.cosine, r->m.rel_l1, r->m.rel_l2, r->m.snr_db, r->m.worst_row_rel_l2,
+               r->v_err, r->prob, r->value, s > 0.0 ? 100.0 * r->value / s : 0.0, r->ms,
+               vcattn_backend_name(r->backend));
+    }
+    printf("\nprob = |O_ref - O_pv| / |O_ref|, value = |O_pv - O_q| / |O_ref| (eq. 2),\n"
+           "O_pv: the method with exact V (same grouping; on the cpu backend when\n"
+           "the row's backend has no exact-V path); V-q err = |V - V_hat|_F / |V|_F.\n");
+    printf("V block-mean energy share (%d-row blocks, mean over heads): %.1f%% in sequence "
+           "order, %.1f%% after k-means grouping (%d clusters)\n",
+           ENERGY_BLOCK, 100.0 * rep->energy[0], 100.0 * rep->energy[1], rep->clusters);
+    if (rep->draws > 1) print_per_draw(o, rep->draws, rep->methods, rep->n, rep->sums);
+    if (rep->n_found == 3) print_dominance(rep);
+}
+
 static int cmd_eval(const options *o) {
     if (o->study) return cmd_study(o);
     vcattn_context *ctx = NULL, *cpu_ctx = NULL;
     inputs in;
     char err[ERRLEN];
-    float *oq = NULL, *opv = NULL;
-    double *ref = NULL;
-    eval_row rows_out[MAX_EVAL_METHODS];
-    eval_sums *sums = NULL;
-    double energy[2] = {0.0, 0.0};
-    int rc;
-    const size_t NUM_EVAL = o->n_methods ? (size_t)o->n_methods
-                                         : sizeof DEFAULT_EVAL_METHODS / sizeof DEFAULT_EVAL_METHODS[0];
-    const char *const *EVAL_METHODS = o->n_methods ? o->methods : DEFAULT_EVAL_METHODS;
-    const int draws = o->q_path ? 1 : o->draws ? o->draws : DEFAULT_DRAWS;
+    eval_buffers buf = {NULL, NULL, NULL};
+    eval_report rep;
+    memset(&rep, 0, sizeof rep);
     memset(&in, 0, sizeof in);
-    memset(rows_out, 0, sizeof rows_out);
-    if (!(sums = calloc(NUM_EVAL, sizeof *sums))) {
+    rep.n = o->n_methods ? (size_t)o->n_methods : sizeof DEFAULT_EVAL_METHODS / sizeof DEFAULT_EVAL_METHODS[0];
+    rep.methods = o->n_methods ? o->methods : DEFAULT_EVAL_METHODS;
+    rep.draws = o->q_path ? 1 : o->draws ? o->draws : DEFAULT_DRAWS;
+    int rc;
+    if (!(rep.sums = calloc(rep.n, sizeof *rep.sums))) {
         rc = lib_error(VCATTN_ERR_OUT_OF_MEMORY, "eval sums");
         goto done;
     }
     if ((rc = open_context(o->backend, &ctx))) goto done;
-    if (vcattn_context_backend(ctx) != VCATTN_BACKEND_CPU &&
-        (rc = open_context(VCATTN_BACKEND_CPU, &cpu_ctx)))
+    if (vcattn_context_backend(ctx) != VCATTN_BACKEND_CPU && (rc = open_context(VCATTN_BACKEND_CPU, &cpu_ctx)))
         goto done;
-    const char *backend = vcattn_backend_name(vcattn_context_backend(ctx));
-    vcattn_config vc;  /* the grouping the energy shares are measured in */
-    vcattn_config_from_method("vc", &vc);
-
-    for (int draw = 0; draw < draws; draw++) {
+    rep.backend = vcattn_backend_name(vcattn_context_backend(ctx));
+    for (int draw = 0; draw < rep.draws; draw++) {
         options each = *o;
         each.seed = o->seed + (uint64_t)draw;
         inputs_free(&in);
@@ -1074,178 +1288,28 @@ static int cmd_eval(const options *o) {
             rc = lib_error(st, err);
             goto done;
         }
-        const int64_t rows = in.q.batch * in.q.heads * in.q.tokens, d = in.q.head_dim;
-        if (!ref) {  /* every draw of a workload has the same shape */
-            oq = malloc((size_t)(rows * d) * sizeof *oq);
-            opv = malloc((size_t)(rows * d) * sizeof *opv);
-            ref = malloc((size_t)(rows * d) * sizeof *ref);
-            if (!oq || !opv || !ref) {
+        if (!buf.ref) {  /* every draw of a workload has the same shape */
+            const size_t count = (size_t)(in.q.batch * in.q.heads * in.q.tokens * in.q.head_dim);
+            buf.oq = malloc(count * sizeof *buf.oq);
+            buf.opv = malloc(count * sizeof *buf.opv);
+            buf.ref = malloc(count * sizeof *buf.ref);
+            if (!buf.oq || !buf.opv || !buf.ref) {
                 rc = lib_error(VCATTN_ERR_OUT_OF_MEMORY, "output buffers");
                 goto done;
             }
         }
-        const int64_t b = in.q.batch, hq = in.q.heads, nq = in.q.tokens;
-        vcattn_tensor tq = vcattn_tensor_bhnd(oq, VCATTN_DTYPE_F32, b, hq, nq, d);
-        vcattn_tensor tpv = vcattn_tensor_bhnd(opv, VCATTN_DTYPE_F32, b, hq, nq, d);
-
-        fprintf(stderr, "[draw %d/%d] [0/%zu] fp64 reference ...\n", draw + 1, draws, NUM_EVAL);
-        if ((st = vcattn_reference_attention(&in.q, &in.k, &in.v, inputs_rope(&in), 0.0f, ref, NULL))) {
-            rc = lib_error(st, "fp64 reference attention");
-            goto done;
-        }
-        for (size_t i = 0; i < NUM_EVAL; i++) {
-            fprintf(stderr, "[draw %d/%d] [%zu/%zu] %s ...\n", draw + 1, draws, i + 1, NUM_EVAL,
-                    EVAL_METHODS[i]);
-            eval_row *r = &rows_out[i];
-            eval_sums *sm = &sums[i];
-            vcattn_config cfg;
-            vcattn_config_from_method(EVAL_METHODS[i], &cfg);
-            cfg.num_threads = o->threads;
-            if (o->q_smoothing > 0) cfg.q_smoothing = 1;
-            vcattn_context *used, *pv_used;
-            double t0 = now_ms();
-            st = attention_or_cpu(ctx, cpu_ctx, &cfg, &in, &tq, &used);
-            r->ms += (now_ms() - t0) / draws;
-            r->backend = vcattn_context_backend(used);
-            /* O_pv: quantized P, exact V. V-Smooth stays as the method has it: its
-             * permutation reorders the key tiles, and with them the running maxima
-             * P is encoded against, so turning it off would move P error into the
-             * value term; with exact V its demeaning is exact. */
-            vcattn_config pv = cfg;
-            pv.v_format = VCATTN_V_EXACT;
-            int own_pv = cfg.v_format == VCATTN_V_EXACT;
-            if (!st && !own_pv) st = attention_or_cpu(ctx, cpu_ctx, &pv, &in, &tpv, &pv_used);
-            else pv_used = used;
-            if (st) {
-                char msg[ERRLEN + 64];
-                snprintf(msg, sizeof msg, "%s: %s", EVAL_METHODS[i], vcattn_last_error(own_pv ? used : pv_used));
-                rc = lib_error(st, msg);
-                goto done;
-            }
-            const float *o_pv = own_pv ? oq : opv;
-            vcattn_metrics alone;
-            metrics_compute(oq, ref, rows, d, &alone);
-            sm->rel_l2[draw] = alone.rel_l2;
-            metrics_sums_add(&sm->out, oq, ref, rows, d);
-            metrics_sums_add(&sm->pv, o_pv, ref, rows, d);
-            add_sq_diff(o_pv, oq, rows * d, &sm->value_ee);
-            if (cfg.v_format != VCATTN_V_EXACT && (st = value_analysis(&cfg, &in.v, sm->v_sums, NULL))) {
-                rc = lib_error(st, "value analysis");
-                goto done;
-            }
-        }
-        double e[2] = {0.0, 0.0};
-        if ((st = value_analysis(&vc, &in.v, NULL, e))) {
-            rc = lib_error(st, "value analysis");
-            goto done;
-        }
-        energy[0] += e[0] / draws;
-        energy[1] += e[1] / draws;
+        if ((rc = eval_draw(o, ctx, cpu_ctx, &in, &buf, draw, &rep))) goto done;
     }
-    if (draws > 1)  /* load_inputs named the last draw's seed */
+    if (rep.draws > 1)  /* load_inputs named the last draw's seed */
         snprintf(in.source, sizeof in.source, "workload %s (seeds %llu..%llu pooled, %dx%dx%d grid)", in.w.name,
-                 (unsigned long long)o->seed, (unsigned long long)(o->seed + (uint64_t)draws - 1), in.w.frames,
-                 in.w.height, in.w.width);
-    for (size_t i = 0; i < NUM_EVAL; i++) {
-        eval_row *r = &rows_out[i];
-        const eval_sums *sm = &sums[i];
-        vcattn_metrics pm;
-        metrics_sums_finish(&sm->out, &r->m);
-        metrics_sums_finish(&sm->pv, &pm);
-        r->prob = pm.rel_l2;
-        r->value = sm->out.rr > 0 ? (double)sqrtl(sm->value_ee / sm->out.rr) : 0.0;
-        r->v_err = sm->v_sums[1] > 0.0 ? sqrt(sm->v_sums[0] / sm->v_sums[1]) : 0.0;
-    }
-
-    /* Does the value term dominate (share > 1/2) where V-Smooth should help? */
-    double share[3] = {0.0, 0.0, 0.0};
-    int dominates[3] = {0, 0, 0}, found[3] = {0, 0, 0}, n_found = 0;
-    for (int f = 0; f < 3; f++)
-        for (size_t i = 0; i < NUM_EVAL; i++)
-            if (strcmp(EVAL_METHODS[i], EVAL_FOCUS[f]) == 0) {
-                double s = rows_out[i].prob + rows_out[i].value;
-                share[f] = s > 0.0 ? rows_out[i].value / s : 0.0;
-                dominates[f] = share[f] > 0.5;
-                found[f] = 1;
-            }
-    for (int f = 0; f < 3; f++) n_found += found[f];
-
-    if (o->json) {
-        printf("{\"workload\": ");
-        json_str(in.source);
-        printf(", \"backend\": \"%s\", \"dtype\": \"%s\", \"draws\": %d, \"shape\": ", backend,
-               vcattn_dtype_name(in.q.dtype), draws);
-        json_shape(&in);
-        printf(", \"methods\": [");
-        for (size_t i = 0; i < NUM_EVAL; i++) {
-            const eval_row *r = &rows_out[i];
-            double s = r->prob + r->value;
-            printf("%s{\"method\": \"%s\", \"metrics\": ", i ? ", " : "", EVAL_METHODS[i]);
-            json_metrics(&r->m);
-            printf(", \"v_quant_rel_l2\": "); json_num(r->v_err);
-            printf(", \"prob_term\": "); json_num(r->prob);
-            printf(", \"value_term\": "); json_num(r->value);
-            printf(", \"value_share\": "); json_num(s > 0.0 ? r->value / s : 0.0);
-            printf(", \"time_ms\": "); json_num(r->ms);
-            printf(", \"backend\": \"%s\", \"rel_l2_per_draw\": [", vcattn_backend_name(r->backend));
-            for (int d = 0; d < draws; d++) {
-                printf("%s", d ? ", " : "");
-                json_num(sums[i].rel_l2[d]);
-            }
-            printf("]}");
-        }
-        printf("], \"energy_share\": {\"block\": %d, \"sequence_order\": ", ENERGY_BLOCK);
-        json_num(energy[0]);
-        printf(", \"grouped\": ");
-        json_num(energy[1]);
-        printf("}, \"value_term_dominates\": {");
-        for (int f = 0, k = 0; f < 3; f++)
-            if (found[f]) printf("%s\"%s\": %s", k++ ? ", " : "", EVAL_FOCUS[f], dominates[f] ? "true" : "false");
-        printf("}}\n");
-    } else {
-        printf("%s, ", in.source);
-        print_shape(&in);
-        printf(", %s inputs, backend %s\n\n", vcattn_dtype_name(in.q.dtype), backend);
-        printf("%-20s %10s %10s %10s %7s %10s %9s %9s %9s %6s %9s %s\n", "method", "cosine", "rel L1",
-               "rel L2", "SNR dB", "worst row", "V-q err", "prob", "value", "value%", "time ms",
-               "backend");
-        for (size_t i = 0; i < NUM_EVAL; i++) {
-            const eval_row *r = &rows_out[i];
-            double s = r->prob + r->value;
-            printf("%-20s %10.7f %10.3e %10.3e %7.2f %10.3e %9.3e %9.3e %9.3e %5.1f%% %9.1f %s\n",
-                   EVAL_METHODS[i], r->m.cosine, r->m.rel_l1, r->m.rel_l2, r->m.snr_db,
-                   r->m.worst_row_rel_l2, r->v_err, r->prob, r->value,
-                   s > 0.0 ? 100.0 * r->value / s : 0.0, r->ms, vcattn_backend_name(r->backend));
-        }
-        printf("\nprob = |O_ref - O_pv| / |O_ref|, value = |O_pv - O_q| / |O_ref| (eq. 2),\n"
-               "O_pv: the method with exact V (same grouping; on the cpu backend when\n"
-               "the row's backend has no exact-V path); V-q err = |V - V_hat|_F / |V|_F.\n");
-        printf("V block-mean energy share (%d-row blocks, mean over heads): %.1f%% in sequence "
-               "order, %.1f%% after k-means grouping (%d clusters)\n",
-               ENERGY_BLOCK, 100.0 * energy[0], 100.0 * energy[1],
-               vsmooth_cluster_count(&vc, in.k.tokens));
-        if (draws > 1) print_per_draw(o, draws, EVAL_METHODS, NUM_EVAL, sums);
-        if (n_found < 3) goto printed;
-        printf("Value-term share of the output error:");
-        for (int f = 0; f < 3; f++)
-            printf(" %s %.1f%%%s", EVAL_FOCUS[f], 100.0 * share[f], f < 2 ? "," : "");
-        int n_dom = dominates[0] + dominates[1] + dominates[2];
-        if (n_dom == 3) printf(": the value term dominates for all three.\n");
-        else if (n_dom == 0) printf(": the value term dominates for none of them.\n");
-        else {
-            printf(": the value term dominates for");
-            for (int f = 0, k = 0; f < 3; f++)
-                if (dominates[f]) printf("%s %s", k++ ? "," : "", EVAL_FOCUS[f]);
-            printf(" but not for");
-            for (int f = 0, k = 0; f < 3; f++)
-                if (!dominates[f]) printf("%s %s", k++ ? "," : "", EVAL_FOCUS[f]);
-            printf(".\n");
-        }
-    }
-printed:
+                 (unsigned long long)o->seed, (unsigned long long)(o->seed + (uint64_t)rep.draws - 1),
+                 in.w.frames, in.w.height, in.w.width);
+    eval_finish(&rep);
+    if (o->json) eval_print_json(&in, &rep);
+    else eval_print_text(o, &in, &rep);
     rc = 0;
 done:
-    free(oq); free(opv); free(ref); free(sums);
+    free(buf.oq); free(buf.opv); free(buf.ref); free(rep.sums);
     vcattn_destroy(cpu_ctx);
     vcattn_destroy(ctx);
     inputs_free(&in);

@@ -74,7 +74,7 @@ static float elem_value(const uint8_t *e, vcattn_dtype dt) {
 }
 
 static int finite_elem(const uint8_t *e, vcattn_dtype dt) { return isfinite(elem_value(e, dt)); }
-static int nan_elem(const uint8_t *e, vcattn_dtype dt) { return isnan(elem_value(e, dt)); }
+static int not_nan_elem(const uint8_t *e, vcattn_dtype dt) { return !isnan(elem_value(e, dt)); }
 
 /* A view of `count` logical elements inside a buffer with guard bytes after it. */
 typedef struct {
@@ -84,6 +84,20 @@ typedef struct {
 } view;
 
 static size_t elem_size(vcattn_dtype dt) { return dt == VCATTN_DTYPE_F32 ? 4 : 2; }
+
+/* 1 if test holds for every element of the view (strided, as the call sees it). */
+static int every_elem(const view *v, int (*test)(const uint8_t *, vcattn_dtype)) {
+    const vcattn_tensor *t = &v->t;
+    const size_t es = elem_size(t->dtype);
+    for (int64_t b = 0; b < t->batch; b++)
+        for (int64_t h = 0; h < t->heads; h++)
+            for (int64_t n = 0; n < t->tokens; n++)
+                for (int64_t c = 0; c < t->head_dim; c++)
+                    if (!test(v->buf + es * (size_t)(b * t->stride_batch + h * t->stride_head + n * t->stride_token + c),
+                              t->dtype))
+                        return 0;
+    return 1;
+}
 
 static int make_view(view *v, vcattn_dtype dt, int64_t b, int64_t h, int64_t n, int64_t d, int nhd,
                      int64_t pad, int bad_stride) {
@@ -232,30 +246,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const uint8_t *l = (const uint8_t *)(lse + lse_count);
             for (size_t i = 0; i < 4 * sizeof(float); i++) promise(l[i] == GUARD, "no write past lse");
         }
-        if (!nonfinite && cfg.check_finite) {  /* finite inputs, any magnitude: never NaN */
-            const vcattn_tensor *t = &out.t;
-            const size_t es = elem_size(t->dtype);
-            for (int64_t ib = 0; ib < t->batch; ib++)
-                for (int64_t ih = 0; ih < t->heads; ih++)
-                    for (int64_t in2 = 0; in2 < t->tokens; in2++)
-                        for (int64_t c = 0; c < t->head_dim; c++) {
-                            const uint8_t *e = out.buf + es * (size_t)(ib * t->stride_batch + ih * t->stride_head +
-                                                                      in2 * t->stride_token + c);
-                            promise(!nan_elem(e, t->dtype), "no NaN output for finite inputs accepted");
-                        }
-        }
-        if (!nonfinite && !huge && !huge_v) {
-            const vcattn_tensor *t = &out.t;
-            const size_t es = elem_size(t->dtype);
-            for (int64_t ib = 0; ib < t->batch; ib++)
-                for (int64_t ih = 0; ih < t->heads; ih++)
-                    for (int64_t in2 = 0; in2 < t->tokens; in2++)
-                        for (int64_t c = 0; c < t->head_dim; c++) {
-                            const uint8_t *e = out.buf + es * (size_t)(ib * t->stride_batch + ih * t->stride_head +
-                                                                      in2 * t->stride_token + c);
-                            promise(finite_elem(e, t->dtype), "finite output for finite moderate inputs");
-                        }
-        }
+        if (!nonfinite && cfg.check_finite)  /* finite inputs, any magnitude: never NaN */
+            promise(every_elem(&out, not_nan_elem), "no NaN output for finite inputs accepted");
+        if (!nonfinite && !huge && !huge_v)
+            promise(every_elem(&out, finite_elem), "finite output for finite moderate inputs");
     }
     free(out_before);
 cleanup:
