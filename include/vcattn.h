@@ -318,29 +318,6 @@ VCATTN_API vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_conf
                                           float *lse, const vcattn_rope *rope,
                                           vcattn_layer *layer);
 
-/* ------------------------------------------------------ built-in workload */
-
-/*
- * Deterministic synthetic video-DiT attention inputs (see docs/workloads.md):
- * pre-RoPE q, k, v as contiguous float32 [B][H][N][D] plus interleaved 3-D
- * RoPE tables for the T x H x W latent grid.
- */
-typedef struct {
-    char name[32];
-    int64_t batch, heads_q, heads_kv, tokens, head_dim;
-    int frames, height, width;           /* latent grid; tokens = product */
-    float *q, *k, *v;                    /* [B][H][N][D] */
-    float *rope_cos, *rope_sin;          /* [N][D/2] */
-    vcattn_rope_style rope_style;
-} vcattn_workload;
-
-/* Presets: "tiny", "small", "wan2.2-720p", "longcat-480p", "hunyuan-720p",
- * "seq-32k", "d64". Returns VCATTN_ERR_UNKNOWN_NAME for anything else. */
-VCATTN_API vcattn_status vcattn_workload_generate(const char *name, uint64_t seed,
-                                                  vcattn_workload *out);
-VCATTN_API void vcattn_workload_free(vcattn_workload *w);  /* NULL-safe; zeroes *w */
-VCATTN_API const char *const *vcattn_workload_names(void);
-
 #ifdef __cplusplus
 }
 #endif

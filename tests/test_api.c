@@ -1,6 +1,7 @@
 /* The C API's contract: every bad input gets its own status and a message,
  * never a crash, and the output buffer is not written on error. */
 #include "testlib.h"
+#include "workloads.h"
 #include "vcattn.h"
 
 #include <stdint.h>

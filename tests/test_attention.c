@@ -3,8 +3,9 @@
  * exact), the ExpCast row bound, LSE, layouts, GQA, determinism, guards, and
  * the fidelity ordering of the methods on the built-in workload. */
 #include "testlib.h"
+#include "workloads.h"
 #include "vcattn.h"
-#include "cpu/reference.h"
+#include "reference.h"
 #include "formats/formats.h"
 #include "metrics.h"
 

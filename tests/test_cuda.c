@@ -14,7 +14,7 @@
  * and variant still runs, small enough for the compute-sanitizer tools. */
 #include "testlib.h"
 #include "vcattn.h"
-#include "cpu/reference.h"
+#include "reference.h"
 #include "formats/formats.h"
 #include "vsmooth/vsmooth.h"
 #include "cpu/cpu_backend.h"

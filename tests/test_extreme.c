@@ -9,7 +9,7 @@
  * fidelity figure). */
 #include "testlib.h"
 #include "vcattn.h"
-#include "cpu/reference.h"
+#include "reference.h"
 #include "metrics.h"
 
 #include <string.h>

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cpu/reference.h"
+#include "reference.h"
 #include "formats/halfs.h"
 #include "metrics.h"
 #include "testlib.h"

@@ -7,11 +7,12 @@
  * pretrained transformer (tests/data, tools/capture_minilm.py), each
  * method's error within 3% and the ExpCast bound on every row. */
 #include "testlib.h"
+#include "workloads.h"
 #include "vcattn.h"
 #include "studies.h"
 #include "metrics.h"
 #include "npy.h"
-#include "cpu/reference.h"
+#include "reference.h"
 #include "formats/formats.h"
 
 #include <string.h>

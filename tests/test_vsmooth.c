@@ -3,7 +3,7 @@
 #include "testlib.h"
 #include "vcattn.h"
 #include "vsmooth/vsmooth.h"
-#include "cpu/reference.h"
+#include "reference.h"
 
 #include <math.h>
 

@@ -18,8 +18,9 @@
 #include <time.h>
 
 #include "vcattn.h"
+#include "workloads.h"
 #include "cpu/cpu_backend.h"
-#include "cpu/reference.h"
+#include "reference.h"
 #include "formats/halfs.h"
 #include "vsmooth/vsmooth.h"
 #include "expcast_study.h"

@@ -15,7 +15,7 @@ secs=${2:-}
 cc=${CLANG:-clang}
 mkdir -p "$out"
 flags=(-g -O1 -std=c11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -ffp-contract=off -fopenmp -I "$root/include" -I "$root/src" -I "$root/tools")
+       -ffp-contract=off -fopenmp -I "$root/include" -I "$root/src" -I "$root/lab")
 
 echo 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }' >"$out/probe.c"
 if ! command -v "$cc" >/dev/null || ! "$cc" "${flags[@]}" "$out/probe.c" -o "$out/probe" 2>"$out/probe.log"; then
@@ -23,9 +23,9 @@ if ! command -v "$cc" >/dev/null || ! "$cc" "${flags[@]}" "$out/probe.c" -o "$ou
     exit 77
 fi
 
-lib=("$root"/src/core/*.c "$root"/src/vsmooth/*.c "$root"/src/cpu/*.c "$root"/src/workloads/*.c)
+lib=("$root"/src/core/*.c "$root"/src/vsmooth/*.c "$root"/src/cpu/*.c)
 "$cc" "${flags[@]}" "${lib[@]}" "$here/fuzz_attention.c" -lm -o "$out/fuzz_attention"
-"$cc" "${flags[@]}" "$root/tools/npy.c" "$here/fuzz_npy.c" -lm -o "$out/fuzz_npy"
+"$cc" "${flags[@]}" "$root/lab/npy.c" "$here/fuzz_npy.c" -lm -o "$out/fuzz_npy"
 
 status=0
 declare -A runs=([attention]=2000 [npy]=30000)

@@ -1,5 +1,6 @@
 /* Fidelity studies; see studies.h. */
 #include "studies.h"
+#include "workloads.h"
 
 #include <float.h>
 #include <math.h>
@@ -9,7 +10,7 @@
 
 #include "core/internal.h"
 #include "cpu/cpu_backend.h"
-#include "cpu/reference.h"
+#include "reference.h"
 #include "formats/formats.h"
 #include "expcast_study.h"
 #include "vsmooth/vsmooth.h"

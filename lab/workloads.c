@@ -12,6 +12,8 @@
  * the bits do not depend on the thread count. Arithmetic is in double, rounded
  * to float once at the end.
  */
+#include "workloads.h"
+
 #include "core/internal.h"
 
 #include <math.h>
