@@ -12,6 +12,7 @@
 #include "reference.h"
 #include "metrics.h"
 
+#include <float.h>
 #include <string.h>
 
 typedef struct {
@@ -166,6 +167,38 @@ static void hadamard_overflow(vcattn_context *ctx, const char *backend) {
           st, m.rel_l2);
 }
 
+/* Keys at the float maximum that RoPE pushes past it (FLT_MAX (cos + sin) is
+ * Inf, and K smoothing's mean of Inf and -Inf is NaN): the row norms of the
+ * score bound came out NaN and fmax dropped them, so with Q smoothing such a
+ * call returned OK with NaN outputs (found by the fuzzer). Now refused, with
+ * the check on, and nothing written. */
+static void rope_overflow(vcattn_context *ctx, const char *backend) {
+    enum { N = 64 };
+    static float q[H * N * D], k[H * N * D], v[H * N * D], out[H * N * D], cs[N * D / 2];
+    for (int i = 0; i < H * N * D; i++) {
+        q[i] = nrand();
+        k[i] = (i / D) % 2 ? FLT_MAX : -FLT_MAX;
+        v[i] = nrand();
+        out[i] = -7.0f;
+    }
+    for (int i = 0; i < N * D / 2; i++) cs[i] = 0.70710678f;
+    vcattn_rope rope = {VCATTN_ROPE_INTERLEAVED, cs, cs, cs, cs};
+    vcattn_tensor tq = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, H, N, D);
+    vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, 1, H, N, D);
+    vcattn_tensor tv = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, 1, H, N, D);
+    vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, H, N, D);
+    static const char *const methods[] = {"sage2+qsmooth", "vc+qsmooth", "sage2"};
+    for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
+        vcattn_config cfg;
+        vcattn_config_from_method(methods[m], &cfg);
+        vcattn_status st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, &rope, NULL);
+        int untouched = 1;
+        for (int i = 0; i < H * N * D; i++) untouched &= out[i] == -7.0f;
+        CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && untouched, "%s, %s, keys past the float maximum after RoPE: "
+              "status %d (%s), output untouched %d", backend, methods[m], st, vcattn_last_error(ctx), untouched);
+    }
+}
+
 int main(void) {
     static const char *const methods[] = {"sage2", "vsmooth", "vc", "sage2+hadamard"};
     const vcattn_backend backends[] = {VCATTN_BACKEND_CPU, VCATTN_BACKEND_CUDA};
@@ -178,6 +211,7 @@ int main(void) {
         vcattn_context *ctx;
         if (vcattn_create(&ctx, backends[bi]) != VCATTN_OK) return 1;
         hadamard_overflow(ctx, bi ? "cuda" : "cpu");
+        rope_overflow(ctx, bi ? "cuda" : "cpu");
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++)
                 run_case(ctx, bi ? "cuda" : "cpu", &cases[c], methods[m], 0.05);

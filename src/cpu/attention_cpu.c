@@ -92,6 +92,11 @@ static vcattn_status group_head(const problem *p, vcattn_grouping plan, const fl
     return VCATTN_OK;
 }
 
+/* A row's norm for the score bound: a row that RoPE or K smoothing pushed
+ * past the float range (Inf, or NaN from Inf - Inf) counts as infinite, so
+ * the check refuses it (fmax would drop a NaN and let the row through). */
+static double row_norm(double norm2) { return norm2 == norm2 ? sqrt(norm2) : INFINITY; }
+
 static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const vcattn_tensor *v,
                                 const vcattn_rope *rope, vcattn_grouping plan, int clusters,
                                 const vcattn_layer *layer, float *centroids, int32_t *perms,
@@ -132,7 +137,7 @@ static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const 
             vp[t * d + i] = vx[src * d + i];
             norm2 += (double)kp[t * d + i] * kp[t * d + i];
         }
-        kv->max_norm = fmax(kv->max_norm, sqrt(norm2));
+        kv->max_norm = fmax(kv->max_norm, row_norm(norm2));
         if (cfg->hadamard) cpu_hadamard(kp + t * d, d);
     }
     if (cfg->q_smoothing) {  /* the bias of Q smoothing needs the keys before the Hadamard */
@@ -184,7 +189,7 @@ static vcattn_status prepare_q(const problem *p, const vcattn_tensor *q, const v
     for (int64_t t = 0; t < n; t++) {
         double norm2 = 0.0;
         for (int64_t i = 0; i < d; i++) norm2 += (double)x[t * d + i] * x[t * d + i];
-        qh->max_norm = fmax(qh->max_norm, sqrt(norm2));
+        qh->max_norm = fmax(qh->max_norm, row_norm(norm2));
         if (kv->kmean) {
             double s = 0.0;
             for (int64_t i = 0; i < d; i++) s += (double)x[t * d + i] * kv->kmean[i];

@@ -217,7 +217,8 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < E; k++) s += x[k] * x[k];
-        norm2_max = fmaxf(norm2_max, warp_sum(s));
+        const float sum = warp_sum(s);  // NaN (Inf - Inf past the float range) counts as Inf: refused
+        norm2_max = fmaxf(norm2_max, sum == sum ? sum : INFINITY);
     }
     if constexpr (QSMOOTH) {
         if constexpr (IS_KEY) {
