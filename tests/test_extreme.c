@@ -81,6 +81,17 @@ static void v_outlier_at_float_max(float *q, float *k, float *v, int64_t nq, int
             for (int64_t c = 0; c < d; c++) v[(h * nk + n) * d + c] = n == 5 ? 2.0e38f : -2.0e38f;
 }
 
+/* float32 [1, H, N, D] views of q, k, v and out (nq query rows, nk keys). */
+typedef struct {
+    vcattn_tensor q, k, v, out;
+} views;
+
+static views make_views(float *q, float *k, float *v, float *out, int64_t nq, int64_t nk, int64_t d) {
+    views t = {vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, H, nq, d), vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, 1, H, nk, d),
+               vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, 1, H, nk, d), vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, H, nq, d)};
+    return t;
+}
+
 static const extreme_case cases[] = {
     {"all-equal scores", 300, 1.0f, 1, equal_scores},
     {"one key takes the row", 300, 1.0f, 1, one_key_wins},
@@ -109,16 +120,13 @@ static void run_case(vcattn_context *ctx, const char *backend, const extreme_cas
     for (int64_t i = 0; i < H * nk * d; i++) k[i] = nrand() + 0.5f;
     for (int64_t i = 0; i < H * nk * d; i++) v[i] = ec->v_scale * nrand();
     ec->shape(q, k, v, nq, nk, d);
-    vcattn_tensor tq = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, H, nq, d);
-    vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, 1, H, nk, d);
-    vcattn_tensor tv = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, 1, H, nk, d);
-    vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, H, nq, d);
-    vcattn_reference_attention(&tq, &tk, &tv, NULL, 0.0f, ref, NULL);
+    const views t = make_views(q, k, v, out, nq, nk, d);
+    vcattn_reference_attention(&t.q, &t.k, &t.v, NULL, 0.0f, ref, NULL);
 
     vcattn_config cfg;
     vcattn_config_from_method(method, &cfg);
     cfg.kmeans_clusters = 8;  /* more than the identical tokens can fill */
-    vcattn_status st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, NULL, NULL);
+    vcattn_status st = vcattn_attention(ctx, &cfg, &t.q, &t.k, &t.v, &t.out, NULL, NULL, NULL);
     int finite = 1;
     for (int64_t i = 0; i < H * nq * d; i++) finite &= isfinite(out[i]) != 0;
     CHECK(st == VCATTN_OK && finite, "%s, %s, %s: status %d (%s), finite %d", backend, method, ec->name, st,
@@ -146,21 +154,18 @@ static void hadamard_overflow(vcattn_context *ctx, const char *backend) {
         v[i] = nrand();
         out[i] = -7.0f;
     }
-    vcattn_tensor tq = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, H, N, D);
-    vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, 1, H, N, D);
-    vcattn_tensor tv = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, 1, H, N, D);
-    vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, H, N, D);
-    vcattn_reference_attention(&tq, &tk, &tv, NULL, 0.0f, ref, NULL);
+    const views t = make_views(q, k, v, out, N, N, D);
+    vcattn_reference_attention(&t.q, &t.k, &t.v, NULL, 0.0f, ref, NULL);
     vcattn_config cfg;
     vcattn_config_from_method("sage2+hadamard", &cfg);
-    vcattn_status st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, NULL, NULL);
+    vcattn_status st = vcattn_attention(ctx, &cfg, &t.q, &t.k, &t.v, &t.out, NULL, NULL, NULL);
     int untouched = 1;
     for (int i = 0; i < H * N * D; i++) untouched &= out[i] == -7.0f;
     CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && strstr(vcattn_last_error(ctx), "Hadamard") && untouched,
           "%s, q ~1e37 with the Hadamard: status %d (%s), output untouched %d", backend, st, vcattn_last_error(ctx),
           untouched);
     vcattn_config_from_method("sage2", &cfg);
-    st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, NULL, NULL);
+    st = vcattn_attention(ctx, &cfg, &t.q, &t.k, &t.v, &t.out, NULL, NULL, NULL);
     vcattn_metrics m;
     metrics_compute(out, ref, H * N, D, &m);
     CHECK(st == VCATTN_OK && m.rel_l2 < 0.05, "%s, q ~1e37 without the Hadamard: status %d, relative L2 %.4f", backend,
@@ -183,15 +188,12 @@ static void rope_overflow(vcattn_context *ctx, const char *backend) {
     }
     for (int i = 0; i < N * D / 2; i++) cs[i] = 0.70710678f;
     vcattn_rope rope = {VCATTN_ROPE_INTERLEAVED, cs, cs, cs, cs};
-    vcattn_tensor tq = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, H, N, D);
-    vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, 1, H, N, D);
-    vcattn_tensor tv = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, 1, H, N, D);
-    vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, H, N, D);
+    const views t = make_views(q, k, v, out, N, N, D);
     static const char *const methods[] = {"sage2+qsmooth", "vc+qsmooth", "sage2"};
     for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
         vcattn_config cfg;
         vcattn_config_from_method(methods[m], &cfg);
-        vcattn_status st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, &rope, NULL);
+        vcattn_status st = vcattn_attention(ctx, &cfg, &t.q, &t.k, &t.v, &t.out, NULL, &rope, NULL);
         int untouched = 1;
         for (int i = 0; i < H * N * D; i++) untouched &= out[i] == -7.0f;
         CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && untouched, "%s, %s, keys past the float maximum after RoPE: "
