@@ -63,14 +63,11 @@ def check_switches(switches):
         if key not in _FIELDS:
             raise TypeError("vcattn: unknown keyword or config field %r (config fields: %s)"
                             % (key, ", ".join(_FIELDS)))
-        if isinstance(value, bool) or key not in _FLOAT_FIELDS:
-            if isinstance(value, float) and not value.is_integer() or not isinstance(value, (int, float)):
-                raise TypeError("vcattn: config field %s takes an integer, got %r" % (key, value))
-            out[key] = int(value)
-        else:
-            if not isinstance(value, (int, float)):
-                raise TypeError("vcattn: config field %s takes a number, got %r" % (key, value))
-            out[key] = float(value)
+        is_float = key in _FLOAT_FIELDS
+        if not isinstance(value, (int, float)) or not (is_float or float(value).is_integer()):
+            raise TypeError("vcattn: config field %s takes %s, got %r"
+                            % (key, "a number" if is_float else "an integer", value))
+        out[key] = float(value) if is_float else int(value)
     return out
 
 

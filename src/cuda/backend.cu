@@ -285,10 +285,9 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     const size_t mean_partials = k_channel_mean_partials((int)c.B, (int)c.Hkv, (int)Nk, (int)D);
     const int rg = c.regroup, qs = cfg->q_smoothing;
     const size_t q_partials = k_channel_mean_partials((int)c.B, (int)c.Hq, (int)Nq, (int)D);
-    // The head-dim-128 kernel that restores means (V-Smooth, and ExpCast
-    // without it: sm90/dispatch.cu) reads the means as mean images.
-    const bool mean_kernel = D == 128 && (c.grouped || cfg->p_format == VCATTN_P_FP8_EXPCAST);
-    const size_t mean_images = mean_kernel ? kvh * ((T + VC_MEAN_TILES - 1) / VC_MEAN_TILES) : 0;
+    const bool reads_means =
+        vc_attention_sm90_reads_means((int)D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped);
+    const size_t mean_images = reads_means ? kvh * ((T + VC_MEAN_TILES - 1) / VC_MEAN_TILES) : 0;
     const size_t sizes[] = {
         4 * sizeof(int), kvh * D * 4, mean_partials * 8,                         // flag + norms, kmean, partials
         rg ? kvh * Nk * 4 : 0, rg ? kvh * k * D * 4 : 0, rg ? kvh * k * 4 : 0,    // perm, centroids, norms

@@ -25,6 +25,11 @@ struct vc_attention_params {
     float expcast_bias;       // 120 + beta
 };
 
+// Whether the kernel a call runs restores block means from the mean images
+// (p.v_means must then be set): head dim 128 with V-Smooth, or with ExpCast,
+// which runs the V-Smooth kernel (zero means without V-Smooth).
+bool vc_attention_sm90_reads_means(int head_dim, bool expcast, bool vsmooth);
+
 // expcast: ExpCast-FP8 (else exp-then-cast); vsmooth: restore block means.
 // q_tiles must be even (the head-dim-128 kernel takes two 64-row tiles per CTA).
 cudaError_t vc_attention_sm90(const vc_attention_params &p, int head_dim, bool expcast, bool vsmooth,
