@@ -189,8 +189,9 @@ static void rope_overflow(vcattn_context *ctx, const char *backend) {
     for (int i = 0; i < N * D / 2; i++) cs[i] = 0.70710678f;
     vcattn_rope rope = {VCATTN_ROPE_INTERLEAVED, cs, cs, cs, cs};
     const views t = make_views(q, k, v, out, N, N, D);
-    static const char *const methods[] = {"sage2+qsmooth", "vc+qsmooth", "sage2"};
+    static const char *const methods[] = {"sage2+qsmooth", "vc+qsmooth", "sage2", "sage3-4bit"};
     for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
+        if (strcmp(backend, "cuda") == 0 && strstr(methods[m], "4bit")) continue;  /* CPU-only method */
         vcattn_config cfg;
         vcattn_config_from_method(methods[m], &cfg);
         vcattn_status st = vcattn_attention(ctx, &cfg, &t.q, &t.k, &t.v, &t.out, NULL, &rope, NULL);
@@ -198,6 +199,21 @@ static void rope_overflow(vcattn_context *ctx, const char *backend) {
         for (int i = 0; i < H * N * D; i++) untouched &= out[i] == -7.0f;
         CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && untouched, "%s, %s, keys past the float maximum after RoPE: "
               "status %d (%s), output untouched %d", backend, methods[m], st, vcattn_last_error(ctx), untouched);
+    }
+    /* The same with the roles swapped and one key, which K smoothing makes
+     * zero: |q| Inf times |k| 0 made the bound NaN, and the call went through
+     * (found by the fuzzer: NaN outputs with the 4-bit method). */
+    const views one = make_views(k, q, v, out, N, 1, D);
+    for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
+        if (strcmp(backend, "cuda") == 0 && strstr(methods[m], "4bit")) continue;  /* CPU-only method */
+        vcattn_config cfg;
+        vcattn_config_from_method(methods[m], &cfg);
+        vcattn_status st = vcattn_attention(ctx, &cfg, &one.q, &one.k, &one.v, &one.out, NULL, &rope, NULL);
+        int untouched = 1;
+        for (int i = 0; i < H * N * D; i++) untouched &= out[i] == -7.0f;
+        CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && untouched, "%s, %s, queries past the float maximum after RoPE, "
+              "one key: status %d (%s), output untouched %d", backend, methods[m], st, vcattn_last_error(ctx),
+              untouched);
     }
 }
 

@@ -383,7 +383,9 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
                              max_q, max_k);
             goto done;
         }
-        const double bound = max_q * max_k * p.sm_scale * LOG2E;
+        /* A row past the float range is refused even against keys that
+         * smoothing made zero: Inf * 0 is NaN, which no comparison catches. */
+        const double bound = isinf(max_q) || isinf(max_k) ? INFINITY : max_q * max_k * p.sm_scale * LOG2E;
         if (bound > VCATTN_MAX_SCORE_LOG2) {
             st = vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                              "scores could reach %.3g (log2 units: |q| %.3g, |k| %.3g after RoPE and "
