@@ -197,7 +197,7 @@ struct row_args {
 template <int D, bool IS_KEY, bool QSMOOTH>
 __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, int n, int src,
                                                const float (&mean)[D / 32], const float (&qm)[D / 32],
-                                               float *x, float &norm2_max) {
+                                               float *x, float &norm_max) {
     constexpr int E = D / 32;
     const int lane = threadIdx.x & 31;
     rope_row<D, true>(a.rope, a.c, src, x);
@@ -214,11 +214,14 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
         }
     }
     if (a.max_norm) {  // the score bound of the check (the Hadamard keeps norms)
-        float s = 0.0f;
+        // In double, as the CPU: |x|^2 of a row near 1e37 is past the float
+        // range although its scores may be small. NaN (Inf - Inf past the
+        // float range) counts as Inf: refused.
+        double s = 0.0;
 #pragma unroll
-        for (int k = 0; k < E; k++) s += x[k] * x[k];
-        const float sum = warp_sum(s);  // NaN (Inf - Inf past the float range) counts as Inf: refused
-        norm2_max = fmaxf(norm2_max, sum == sum ? sum : INFINITY);
+        for (int k = 0; k < E; k++) s += (double)x[k] * x[k];
+        const double sum = warp_sum(s);
+        norm_max = fmaxf(norm_max, sum == sum ? (float)sqrt(sum) : INFINITY);
     }
     if constexpr (QSMOOTH) {
         if constexpr (IS_KEY) {
@@ -322,7 +325,7 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) 
     }
     float x[RPW][E];
     load_rows<RPW, E>(a.x, at, valid, x);
-    float norm2_max = 0.0f;
+    float norm_max = 0.0f;
 #pragma unroll
     for (int i = 0; i < RPW; i++) {
         const int r = warp + WARPS * i, n = tile * R + r;
@@ -338,7 +341,7 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) 
             if (a.c.check_finite)
 #pragma unroll
                 for (int k = 0; k < E; k++) checked(x[i][k], a.c);
-            amax = transform_row<D, IS_KEY, QSMOOTH>(a, head, n, src[i], mean, qm, x[i], norm2_max);
+            amax = transform_row<D, IS_KEY, QSMOOTH>(a, head, n, src[i], mean, qm, x[i], norm_max);
         }
         if constexpr (IS_KEY) {
             if (lane == 0) row_amax[r] = amax;
@@ -350,8 +353,8 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) 
             else *reinterpret_cast<uint16_t *>(staged + r * LD + lane * E) = (uint16_t)w;
         }
     }
-    if (a.max_norm && lane == 0 && norm2_max > 0.0f)  // non-negative floats order as their bits
-        atomicMax(reinterpret_cast<int *>(a.max_norm), __float_as_int(sqrtf(norm2_max)));
+    if (a.max_norm && lane == 0 && norm_max > 0.0f)  // non-negative floats order as their bits
+        atomicMax(reinterpret_cast<int *>(a.max_norm), __float_as_int(norm_max));
     if constexpr (IS_KEY) {
         // 4 scales per tile: keys with the same (key % 8) / 2 (a thread's keys in the attention kernel).
         __syncthreads();
