@@ -13,7 +13,8 @@ rotation is needed for the long sequences.
 Columns: vc kernel = the attention kernel alone (its CUPTI duration from the
 torch profiler, quantized inputs ready); vc call = the whole call on a plain
 step (grouping reused: quantization + attention); grouping = a call that runs
-k-means from the previous centroids (warm, 5 iterations).
+k-means from the previous centroids (warm, 5 iterations); drop-in = a call
+without a layer state (V-Smooth's blocks in sequence order, no k-means).
 
     python bench/bench_attention.py [--shapes wan,longcat,...] [--json F] [--reps N]
 """
@@ -185,6 +186,7 @@ def bench_shape(vc, name, shape, reps, check_finite=0, method="vc"):
     # As many calls as the plain step: a median of two read +18% over it at
     # Wan2.2 where bench_grouping.py's five calls read +10% (2026-12-03).
     row["vc_grouping_ms"] = time_ms(warm_group, reps)
+    row["vc_dropin_ms"] = time_ms(lambda: vc(q, k, v, out, cfg), reps)
     cfg2 = vc.config("sage2", check_finite)
     row["sage2_ours_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg2), reps)
     vc.lib.vcattn_layer_destroy(layer)
@@ -211,8 +213,9 @@ def main():
     peers = [(k, label) for k, label in (("sage2_ms", "SA2 call"), ("fa3_ms", "FA3 bf16"),
                                          ("fa3_fp8_ms", "FA3 fp8"), ("fa4_ms", "FA4 bf16"))
              if any(r.get(k) for r in rows)]
-    print(("%-14s" + " %12s" * (6 + len(peers))) % (("shape", "cuDNN", "flash", "vc kernel", "vc call",
-                                                     "grouping", "sage2*") + tuple(l for _, l in peers)))
+    print(("%-14s" + " %12s" * (7 + len(peers))) % (("shape", "cuDNN", "flash", "vc kernel", "vc call",
+                                                     "grouping", "drop-in", "sage2*") +
+                                                    tuple(l for _, l in peers)))
     for r in rows:
         shape = (r["B"], r["H"], r["N"], r["D"])
         base = r["cudnn_ms"]
@@ -222,10 +225,13 @@ def main():
                 return "%12s" % "-"
             return "%5.0f (%.2fx)" % (tflops(shape, ms), base / ms if base else float("nan"))
         print(" ".join(["%-14s" % r["shape"]] + [cell(r[k]) for k in (
-            "cudnn_ms", "flash_ms", "vc_kernel_ms", "vc_call_ms", "vc_grouping_ms", "sage2_ours_call_ms")] +
+            "cudnn_ms", "flash_ms", "vc_kernel_ms", "vc_call_ms", "vc_grouping_ms", "vc_dropin_ms",
+            "sage2_ours_call_ms")] +
                        [cell(r[k]) for k, _ in peers]))
+        print("%-14s drop-in call time / plain step time: %.3f" % ("", r["vc_dropin_ms"] / r["vc_call_ms"]))
         if r.get("sage2_ms"):
-            print("%-14s vc call speed / SageAttention2 call speed: %.2fx" % ("", r["sage2_ms"] / r["vc_call_ms"]))
+            print("%-14s vc call speed / SageAttention2 call speed: %.2fx (drop-in %.2fx)" %
+                  ("", r["sage2_ms"] / r["vc_call_ms"], r["sage2_ms"] / r["vc_dropin_ms"]))
         if r.get("fa4_ms"):  # the paper's H200 claim: the vc kernel 1.46x BF16 FlashAttention-4
             print("%-14s vc kernel / vc call speed over FlashAttention-4 BF16: %.2fx / %.2fx" %
                   ("", r["fa4_ms"] / r["vc_kernel_ms"], r["fa4_ms"] / r["vc_call_ms"]))

@@ -1,5 +1,6 @@
 """Bar chart of a bench_attention.py JSON: speed ratio to cuDNN BF16 SDPA per
-shape for every timed column (vc kernel, vc call, grouping call, peers).
+shape for every timed column (vc kernel, vc call, grouping call, drop-in
+call, peers).
 
     python bench/plot_bench.py bench.json -o docs/bench.png
 """
@@ -15,6 +16,7 @@ COLUMNS = [("flash_ms", "torch flash (BF16)"), ("fa3_ms", "FlashAttention-3 BF16
            ("fa3_fp8_ms", "FlashAttention-3 FP8"), ("fa4_ms", "FlashAttention-4 BF16"),
            ("sage2_ms", "SageAttention2 call"),
            ("sage2_ours_call_ms", "vcattn sage2 call"), ("vc_grouping_ms", "vc grouping call"),
+           ("vc_dropin_ms", "vc drop-in call (no state)"),
            ("vc_call_ms", "vc call"), ("vc_kernel_ms", "vc kernel")]
 
 

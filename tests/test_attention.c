@@ -291,7 +291,7 @@ static void test_method_ordering(vcattn_context *ctx) {
     for (int i = 0; i < 4; i++) {
         vcattn_config c;
         vcattn_config_from_method(methods[i], &c);
-        CHECK(vcattn_attention(ctx, &c, &tq, &tk, &tv, &to, lse, &rope, NULL) == VCATTN_OK, "%s", methods[i]);
+        CHECK(grouped_attention(ctx, &c, &tq, &tk, &tv, &to, lse, &rope) == VCATTN_OK, "%s", methods[i]);
         /* The LSE of quantized scores: INT8 score error is ~1% of |s|, so
          * a few hundredths on average; NaN fails. */
         double lse_sum = 0.0, lse_max = 0.0;

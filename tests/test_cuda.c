@@ -1,7 +1,8 @@
 /* The CUDA backend against the CPU backend (the oracle), on the GPU.
  * Skips (exit 77, with the reason) where no sm_90 GPU is usable, as in CI.
  *
- * Per shape and method (sage2, vsmooth, vc): the GPU output's error to the
+ * Per shape and method (sage2, vsmooth, vc; V-Smooth in sequence order, as a
+ * call without a layer runs it, and after k-means, through a one-step layer): the GPU output's error to the
  * FP64 reference is within twice the CPU emulation's plus a small atol, the
  * GPU and CPU outputs agree far more closely than either agrees with the
  * reference, LSE agrees, no NaN, guard words around the output untouched,
@@ -162,7 +163,18 @@ static vcattn_config method_config(const char *m) {
     return c;
 }
 
-static void run_shape(vcattn_context *cpu, vcattn_context *gpu, const shape_t *s) {
+/* One call: with kmeans through a fresh one-step layer (V-Smooth groups from
+ * a cold start), else without a layer (V-Smooth in sequence order). */
+static vcattn_status call(vcattn_context *ctx, const vcattn_config *cfg, const inputs_t *in, const output_t *o,
+                          const vcattn_rope *rope, int kmeans) {
+    vcattn_layer *layer = NULL;
+    if (kmeans && vcattn_layer_create(&layer, 1)) return VCATTN_ERR_OUT_OF_MEMORY;
+    vcattn_status st = vcattn_attention(ctx, cfg, &in->q, &in->k, &in->v, &o->t, o->lse, rope, layer);
+    vcattn_layer_destroy(layer);
+    return st;
+}
+
+static void run_shape(vcattn_context *cpu, vcattn_context *gpu, const shape_t *s, int kmeans) {
     inputs_t in;
     make_inputs(s, &in);
     vcattn_config cfg = method_config(s->method);
@@ -172,9 +184,9 @@ static void run_shape(vcattn_context *cpu, vcattn_context *gpu, const shape_t *s
     size_t rows = (size_t)(s->b * s->hq * s->nq);
     double *ref = malloc(rows * (size_t)s->d * sizeof(double)), *ref_lse = malloc(rows * sizeof(double));
 
-    vcattn_status sc = vcattn_attention(cpu, &cfg, &in.q, &in.k, &in.v, &oc.t, oc.lse, rope, NULL);
-    vcattn_status sg = vcattn_attention(gpu, &cfg, &in.q, &in.k, &in.v, &og.t, og.lse, rope, NULL);
-    vcattn_status sg2 = vcattn_attention(gpu, &cfg, &in.q, &in.k, &in.v, &og2.t, og2.lse, rope, NULL);
+    vcattn_status sc = call(cpu, &cfg, &in, &oc, rope, kmeans);
+    vcattn_status sg = call(gpu, &cfg, &in, &og, rope, kmeans);
+    vcattn_status sg2 = call(gpu, &cfg, &in, &og2, rope, kmeans);
     CHECK(sc == VCATTN_OK && sg == VCATTN_OK && sg2 == VCATTN_OK, "%s: cpu %d gpu %d/%d: %s", s->name,
           sc, sg, sg2, vcattn_last_error(gpu));
     if (sc || sg || sg2) goto done;
@@ -186,7 +198,8 @@ static void run_shape(vcattn_context *cpu, vcattn_context *gpu, const shape_t *s
     compare(s, &og, NULL, ref, &dg, &nref, &nan_g);
     compare(s, &og, &oc, NULL, &dgc, &ncpu, &nan_x);
     double err_cpu = dc / nref, err_gpu = dg / nref, gpu_cpu = dgc / ncpu;
-    printf("%-34s %-8s cpu %.4e gpu %.4e |gpu-cpu| %.2e\n", s->name, s->method, err_cpu, err_gpu, gpu_cpu);
+    printf("%-34s %-8s %-8s cpu %.4e gpu %.4e |gpu-cpu| %.2e\n", s->name, s->method,
+           cfg.vsmooth ? (kmeans ? "kmeans" : "sequence") : "", err_cpu, err_gpu, gpu_cpu);
     CHECK(nan_g == 0 && nan_c == 0, "%s: %d NaN in the GPU output", s->name, nan_g);
     CHECK(err_gpu <= 2.0 * err_cpu + 1e-3, "%s %s: GPU error %.4e vs CPU %.4e", s->name, s->method,
           err_gpu, err_cpu);
@@ -478,10 +491,11 @@ int main(void) {
         for (size_t m = 0; m < 3 && wanted(&shapes[i]); m++) {
             shape_t s = shapes[i];
             s.method = methods[m];
-            run_shape(cpu, gpu, &s);
+            run_shape(cpu, gpu, &s, 0);
+            if (m > 0) run_shape(cpu, gpu, &s, 1);  /* V-Smooth: sequence order, then k-means */
         }
     shape_t had = {"hadamard", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+hadamard", 0};
-    run_shape(cpu, gpu, &had);
+    run_shape(cpu, gpu, &had, 1);
     static const shape_t qsmooth_shapes[] = {  /* Q smoothing: means, per-key terms, GQA, tails, D 64 */
         {"qsmooth B=2 GQA 8/2 NHD rope", 2, 8, 2, 700, 900, 128, 1, 0, VCATTN_DTYPE_BF16, 1, "vc+qsmooth", 0},
         {"qsmooth N=129 fp16", 1, 2, 2, 129, 129, 128, 0, 0, VCATTN_DTYPE_F16, 0, "vsmooth+qsmooth", 0},
@@ -489,7 +503,7 @@ int main(void) {
         {"qsmooth hadamard", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+hadamard+qsmooth", 0},
     };
     for (size_t i = 0; i < sizeof qsmooth_shapes / sizeof qsmooth_shapes[0]; i++)
-        if (wanted(&qsmooth_shapes[i])) run_shape(cpu, gpu, &qsmooth_shapes[i]);
+        if (wanted(&qsmooth_shapes[i])) run_shape(cpu, gpu, &qsmooth_shapes[i], i % 2);
     static const shape_t quant_shapes[] = {
         {"N=1000 rope", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc", 0},
         {"N=333 NHD D64 hadamard", 2, 2, 2, 333, 4097, 64, 1, 0, VCATTN_DTYPE_F16, 1, "vc+hadamard", 0},

@@ -61,7 +61,7 @@ static int ordering_draw(vcattn_context *ctx, const ordering_case *oc, uint64_t 
     for (int i = 0; ok && i < 3; i++) {
         vcattn_config c;
         vcattn_config_from_method(oc->methods[i], &c);
-        ok = vcattn_attention(ctx, &c, &tq, &tk, &tv, &to, NULL, &rope, NULL) == VCATTN_OK;
+        ok = grouped_attention(ctx, &c, &tq, &tk, &tv, &to, NULL, &rope) == VCATTN_OK;
         CHECK(ok, "%s on %s: %s", oc->methods[i], oc->preset, vcattn_last_error(ctx));
         if (ok) metrics_sums_add(&sums[i], out, ref, w.batch * w.heads_q * w.tokens, w.head_dim);
     }
@@ -121,7 +121,7 @@ static void captured_layer(vcattn_context *ctx, const captured_case *cc) {
         for (int m = 0; m < 3; m++) {
             vcattn_config c;
             vcattn_config_from_method(methods[m], &c);
-            CHECK(vcattn_attention(ctx, &c, &t[0], &t[1], &t[2], &to, NULL, NULL, NULL) == VCATTN_OK, "%s on %s",
+            CHECK(grouped_attention(ctx, &c, &t[0], &t[1], &t[2], &to, NULL, NULL) == VCATTN_OK, "%s on %s",
                   methods[m], cc->layer);
             vcattn_metrics met;
             metrics_compute(out, ref, rows, d, &met);

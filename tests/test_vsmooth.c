@@ -69,7 +69,7 @@ static void test_schedule(void) {
     vcattn_config c = vcattn_config_default();
     vcattn_layer_create(&layer, 40);
     CHECK(vcattn_layer_plan(layer, &c) == VCATTN_GROUP_COLD, "step 0 without history groups cold");
-    CHECK(vcattn_layer_plan(NULL, &c) == VCATTN_GROUP_COLD, "no layer: group cold every call");
+    CHECK(vcattn_layer_plan(NULL, &c) == VCATTN_GROUP_SEQUENCE, "no layer: sequence order, no k-means");
     vcattn_config off = c;
     off.vsmooth = 0;
     CHECK(vcattn_layer_plan(layer, &off) == VCATTN_GROUP_NONE, "vsmooth off never groups");

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "vcattn.h"
+
 static int tl_passed, tl_failed;
 
 #define CHECK(cond, ...)                                                  \
@@ -44,6 +46,19 @@ static inline float nrand(void) {
 static inline int tl_finish(const char *name) {
     printf("%s: %d passed, %d failed\n", name, tl_passed, tl_failed);
     return tl_failed ? 1 : 0;
+}
+
+/* A call on a grouping step: V-Smooth (if on) groups by k-means from a cold
+ * start, through a fresh one-step layer, as the method is defined; a call
+ * without a layer keeps the tokens' order instead. */
+static inline vcattn_status grouped_attention(vcattn_context *ctx, const vcattn_config *cfg, const vcattn_tensor *q,
+                                              const vcattn_tensor *k, const vcattn_tensor *v,
+                                              const vcattn_tensor *out, float *lse, const vcattn_rope *rope) {
+    vcattn_layer *layer = NULL;
+    vcattn_status st = vcattn_layer_create(&layer, 1);
+    if (st == VCATTN_OK) st = vcattn_attention(ctx, cfg, q, k, v, out, lse, rope, layer);
+    vcattn_layer_destroy(layer);
+    return st;
 }
 
 #endif

@@ -78,6 +78,10 @@ static const char USAGE_RUN[] =
     "  --dtype bf16|f16|f32      input precision (default bf16 for workloads;\n"
     "                            .npy inputs are converted only when given)\n"
     "  --threads N               CPU threads (default: all cores)\n"
+    "  --grouping kmeans|sequence  V-Smooth's token order: kmeans (default) groups\n"
+    "                            as a grouping step does, from a cold start;\n"
+    "                            sequence keeps the tokens' order, as a call\n"
+    "                            without a layer state (the drop-in call) does\n"
     "  --out F                   write the output as float32 .npy [B,Hq,Nq,D]\n"
     "  --json                    one JSON object on stdout\n";
 
@@ -101,6 +105,10 @@ static const char USAGE_EVAL[] =
     "  --dtype bf16|f16|f32      input precision (default bf16)\n"
     "  --threads N               CPU threads (default: all cores)\n"
     "  --methods M1,M2,...       these methods instead of the list above\n"
+    "  --grouping kmeans|sequence  V-Smooth's token order: kmeans (default) groups\n"
+    "                            as a grouping step does, from a cold start;\n"
+    "                            sequence keeps the tokens' order, as a call\n"
+    "                            without a layer state (the drop-in call) does\n"
     "  --q-smoothing             every method with Q smoothing\n"
     "  --study NAME              instead of the table: orders (V error and energy\n"
     "                            share by token order), expcast (ExpCast row\n"
@@ -163,6 +171,7 @@ static const name_value BACKEND_NAMES[] = {
 static const name_value DTYPE_NAMES[] = {
     {"bf16", VCATTN_DTYPE_BF16}, {"f16", VCATTN_DTYPE_F16}, {"f32", VCATTN_DTYPE_F32}, {NULL, 0}};
 static const name_value LAYOUT_NAMES[] = {{"HND", 0}, {"NHD", 1}, {NULL, 0}};
+static const name_value GROUPING_NAMES[] = {{"kmeans", 0}, {"sequence", 1}, {NULL, 0}};
 
 /* Names match whatever their case (--layout nhd, --dtype BF16). */
 static int lookup(const name_value *t, const char *s, int *out) {
@@ -246,6 +255,7 @@ typedef struct {
     vcattn_dtype dtype;
     int dtype_set;
     int threads;
+    int sequence_order;                  /* --grouping sequence: no layer state */
     const char *out_path;
     int json;
     const char *study;                   /* eval --study: orders, expcast, studies */
@@ -262,7 +272,7 @@ typedef enum {
     OPT_SEED, OPT_METHOD, OPT_BACKEND, OPT_DTYPE, OPT_THREADS, OPT_OUT, OPT_HADAMARD,
     OPT_NO_HADAMARD, OPT_K_SMOOTHING, OPT_NO_K_SMOOTHING, OPT_VSMOOTH, OPT_NO_VSMOOTH, OPT_QK,
     OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS, OPT_Q_SMOOTHING, OPT_SINK_GUARD, OPT_SIZE,
-    OPT_DRAWS
+    OPT_DRAWS, OPT_GROUPING
 } opt_id;
 
 typedef struct {
@@ -290,7 +300,7 @@ static const opt_spec OPTS[] = {
     {"--beta", OPT_BETA, 1, 1},       {"--sm-scale", OPT_SM_SCALE, 1, 1},
     {"--sink-guard", OPT_SINK_GUARD, 1, 1}, {"--size", OPT_SIZE, 1, 0},
     {"--study", OPT_STUDY, 1, 0},     {"--methods", OPT_METHODS, 1, 0},
-    {"--draws", OPT_DRAWS, 1, 0},
+    {"--draws", OPT_DRAWS, 1, 0},     {"--grouping", OPT_GROUPING, 1, 0},
 };
 #define NUM_OPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -357,6 +367,7 @@ static int apply_input_option(options *o, int id, const char *a, const char *val
         o->threads = (int)n;
         break;
     case OPT_OUT: o->out_path = val; break;
+    case OPT_GROUPING: rc = parse_choice(cmd, a, val, GROUPING_NAMES, &o->sequence_order); break;
     default: return UNHANDLED;
     }
     return rc;
@@ -778,6 +789,19 @@ static int open_context(vcattn_backend backend, vcattn_context **ctx) {
     return lib_error(st, msg);
 }
 
+/* One call, V-Smooth as --grouping says: k-means through a one-step layer
+ * (the call groups from a cold start, as a grouping step does), or without
+ * a layer, in the tokens' own order (the drop-in call). */
+static vcattn_status attend(vcattn_context *ctx, const vcattn_config *cfg, int sequence_order,
+                            const inputs *in, const vcattn_tensor *out, float *lse) {
+    vcattn_layer *layer = NULL;
+    vcattn_status st = VCATTN_OK;
+    if (cfg->vsmooth && !sequence_order && (st = vcattn_layer_create(&layer, 1))) return st;
+    st = vcattn_attention(ctx, cfg, &in->q, &in->k, &in->v, out, lse, inputs_rope(in), layer);
+    vcattn_layer_destroy(layer);
+    return st;
+}
+
 static int cmd_run(const options *o) {
     vcattn_config cfg = build_config(o);
     vcattn_context *ctx = NULL;
@@ -810,7 +834,7 @@ static int cmd_run(const options *o) {
 
     fprintf(stderr, "[1/2] %s on %s ...\n", o->method, backend);
     double t0 = now_ms();
-    st = vcattn_attention(ctx, &cfg, &in.q, &in.k, &in.v, &ot, lse, rope, NULL);
+    st = attend(ctx, &cfg, o->sequence_order, &in, &ot, lse);
     double ms = now_ms() - t0;
     if (st) {
         rc = lib_error(st, vcattn_last_error(ctx));
@@ -839,6 +863,7 @@ static int cmd_run(const options *o) {
     if (o->json) {
         printf("{\"backend\": \"%s\", \"method\": ", backend);
         json_str(o->method);
+        printf(", \"grouping\": \"%s\"", name_of(GROUPING_NAMES, o->sequence_order));
         printf(", \"config\": ");
         json_config(&cfg);
         printf(", \"source\": ");
@@ -862,6 +887,7 @@ static int cmd_run(const options *o) {
         printf("backend           %s\n", backend);
         printf("method            %s: ", o->method);
         print_config(&cfg);
+        if (cfg.vsmooth) printf("; V-Smooth %s", o->sequence_order ? "in sequence order" : "after k-means");
         printf("\ninput             %s, q/k/v %s/%s/%s%s\n", in.source,
                vcattn_dtype_name(in.q.dtype), vcattn_dtype_name(in.k.dtype),
                vcattn_dtype_name(in.v.dtype), in.has_rope ? ", RoPE" : "");
@@ -903,24 +929,26 @@ typedef struct {
 /* Runs on ctx, or on cpu_ctx when ctx's backend lacks the configuration (the
  * GPU kernel runs only the 8-bit INT8-QK / FP8-PV methods). */
 static vcattn_status attention_or_cpu(vcattn_context *ctx, vcattn_context *cpu_ctx,
-                                      const vcattn_config *cfg, const inputs *in,
+                                      const vcattn_config *cfg, int sequence_order, const inputs *in,
                                       const vcattn_tensor *out, vcattn_context **used) {
     *used = ctx;
-    vcattn_status st = vcattn_attention(ctx, cfg, &in->q, &in->k, &in->v, out, NULL, inputs_rope(in), NULL);
+    vcattn_status st = attend(ctx, cfg, sequence_order, in, out, NULL);
     if (st == VCATTN_ERR_UNSUPPORTED_CONFIG && cpu_ctx) {
         *used = cpu_ctx;
-        st = vcattn_attention(cpu_ctx, cfg, &in->q, &in->k, &in->v, out, NULL, inputs_rope(in), NULL);
+        st = attend(cpu_ctx, cfg, sequence_order, in, out, NULL);
     }
     return st;
 }
 
 /* Per kv head: V as the attention sees it (input dtype, no RoPE), grouped as a
- * cold-start call of cfg groups it when cfg->vsmooth, quantized and rebuilt:
+ * cold-start call of cfg groups it when cfg->vsmooth (in sequence order with
+ * sequence_order), quantized and rebuilt:
  * |V - V_hat|_F^2 and |V|_F^2 over all heads added to v_sums (if set). With
  * energy set, also the block-mean energy shares in sequence order and in
  * cfg's grouping, averaged over heads, added to it. */
-static vcattn_status value_analysis(const vcattn_config *cfg, const vcattn_tensor *v, double v_sums[2],
-                                    double energy[2]) {
+static vcattn_status value_analysis(const vcattn_config *cfg, int sequence_order, const vcattn_tensor *v,
+                                    double v_sums[2], double energy[2]) {
+    const int permuted = cfg->vsmooth && !sequence_order;
     const int64_t n = v->tokens, d = v->head_dim, heads = v->batch * v->heads;
     float *x = malloc((size_t)(n * d) * sizeof *x);
     float *xp = malloc((size_t)(n * d) * sizeof *xp);
@@ -931,7 +959,7 @@ static vcattn_status value_analysis(const vcattn_config *cfg, const vcattn_tenso
     for (int64_t g = 0; g < heads; g++) {
         for (int64_t t = 0; t < n; t++)
             vcattn_tensor_load_row(v, g / v->heads, g % v->heads, t, x + t * d);
-        if ((cfg->vsmooth || energy) && (st = study_group_rows(cfg, x, n, d, (uint64_t)g, perm)))
+        if ((permuted || energy) && (st = study_group_rows(cfg, x, n, d, (uint64_t)g, perm)))
             goto done;
         if (energy) {
             energy[0] += vsmooth_block_mean_energy_share(x, n, d, NULL, ENERGY_BLOCK) / heads;
@@ -939,7 +967,7 @@ static vcattn_status value_analysis(const vcattn_config *cfg, const vcattn_tenso
         }
         if (v_sums) {
             for (int64_t t = 0; t < n; t++)
-                memcpy(xp + t * d, x + (cfg->vsmooth ? perm[t] : t) * d, (size_t)d * sizeof *xp);
+                memcpy(xp + t * d, x + (permuted ? perm[t] : t) * d, (size_t)d * sizeof *xp);
             /* x no longer needed: it takes the reconstruction. */
             if ((st = cpu_value_roundtrip(cfg, xp, n, d, x))) goto done;
             for (int64_t i = 0; i < n * d; i++) {
@@ -1106,7 +1134,7 @@ static int eval_method(const options *o, vcattn_context *ctx, vcattn_context *cp
     if (o->q_smoothing > 0) cfg.q_smoothing = 1;
     vcattn_context *used, *pv_used;
     double t0 = now_ms();
-    vcattn_status st = attention_or_cpu(ctx, cpu_ctx, &cfg, in, &tq, &used);
+    vcattn_status st = attention_or_cpu(ctx, cpu_ctx, &cfg, o->sequence_order, in, &tq, &used);
     r->ms += (now_ms() - t0) / draws;
     r->backend = vcattn_context_backend(used);
     /* O_pv: quantized P, exact V. V-Smooth stays as the method has it: its
@@ -1116,7 +1144,7 @@ static int eval_method(const options *o, vcattn_context *ctx, vcattn_context *cp
     vcattn_config pv = cfg;
     pv.v_format = VCATTN_V_EXACT;
     int own_pv = cfg.v_format == VCATTN_V_EXACT;
-    if (!st && !own_pv) st = attention_or_cpu(ctx, cpu_ctx, &pv, in, &tpv, &pv_used);
+    if (!st && !own_pv) st = attention_or_cpu(ctx, cpu_ctx, &pv, o->sequence_order, in, &tpv, &pv_used);
     else pv_used = used;
     if (st) {
         char msg[ERRLEN + 64];
@@ -1130,7 +1158,7 @@ static int eval_method(const options *o, vcattn_context *ctx, vcattn_context *cp
     metrics_sums_add(&sm->out, buf->oq, buf->ref, rows, d);
     metrics_sums_add(&sm->pv, o_pv, buf->ref, rows, d);
     add_sq_diff(o_pv, buf->oq, rows * d, &sm->value_ee);
-    if (cfg.v_format != VCATTN_V_EXACT && (st = value_analysis(&cfg, &in->v, sm->v_sums, NULL)))
+    if (cfg.v_format != VCATTN_V_EXACT && (st = value_analysis(&cfg, o->sequence_order, &in->v, sm->v_sums, NULL)))
         return lib_error(st, "value analysis");
     return 0;
 }
@@ -1150,7 +1178,7 @@ static int eval_draw(const options *o, vcattn_context *ctx, vcattn_context *cpu_
     vcattn_config vc;  /* the grouping the energy shares are measured in */
     vcattn_config_from_method("vc", &vc);
     double e[2] = {0.0, 0.0};
-    if ((st = value_analysis(&vc, &in->v, NULL, e))) return lib_error(st, "value analysis");
+    if ((st = value_analysis(&vc, 0, &in->v, NULL, e))) return lib_error(st, "value analysis");
     rep->energy[0] += e[0] / rep->draws;
     rep->energy[1] += e[1] / rep->draws;
     rep->clusters = vsmooth_cluster_count(&vc, in->k.tokens);
@@ -1181,9 +1209,10 @@ static void eval_finish(eval_report *rep) {
     for (int f = 0; f < 3; f++) rep->n_found += rep->found[f];
 }
 
-static void eval_print_json(const inputs *in, const eval_report *rep) {
+static void eval_print_json(const options *o, const inputs *in, const eval_report *rep) {
     printf("{\"workload\": ");
     json_str(in->source);
+    printf(", \"grouping\": \"%s\"", name_of(GROUPING_NAMES, o->sequence_order));
     printf(", \"backend\": \"%s\", \"dtype\": \"%s\", \"draws\": %d, \"shape\": ", rep->backend,
            vcattn_dtype_name(in->q.dtype), rep->draws);
     json_shape(in);
@@ -1237,7 +1266,8 @@ static void print_dominance(const eval_report *rep) {
 static void eval_print_text(const options *o, const inputs *in, const eval_report *rep) {
     printf("%s, ", in->source);
     print_shape(in);
-    printf(", %s inputs, backend %s\n\n", vcattn_dtype_name(in->q.dtype), rep->backend);
+    printf(", %s inputs, backend %s, V-Smooth %s\n\n", vcattn_dtype_name(in->q.dtype), rep->backend,
+           o->sequence_order ? "in sequence order" : "after k-means");
     printf("%-20s %10s %10s %10s %7s %10s %9s %9s %9s %6s %9s %s\n", "method", "cosine", "rel L1",
            "rel L2", "SNR dB", "worst row", "V-q err", "prob", "value", "value%", "time ms", "backend");
     for (size_t i = 0; i < rep->n; i++) {
@@ -1306,7 +1336,7 @@ static int cmd_eval(const options *o) {
                  (unsigned long long)o->seed, (unsigned long long)(o->seed + (uint64_t)rep.draws - 1),
                  in.w.frames, in.w.height, in.w.width);
     eval_finish(&rep);
-    if (o->json) eval_print_json(&in, &rep);
+    if (o->json) eval_print_json(o, &in, &rep);
     else eval_print_text(o, &in, &rep);
     rc = 0;
 done:

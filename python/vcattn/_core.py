@@ -136,7 +136,7 @@ class LayerState:
     def plan(self, method="vc"):
         """What a call would do now: 'none', 'cold', 'warm' or 'reuse'."""
         cfg = config(method)
-        return ("none", "cold", "warm", "reuse")[lib().vcattn_layer_plan(self._handle, ctypes.byref(cfg))]
+        return ("none", "cold", "warm", "reuse", "sequence")[lib().vcattn_layer_plan(self._handle, ctypes.byref(cfg))]
 
     def reset(self):
         lib().vcattn_layer_reset(self._handle)

@@ -113,7 +113,7 @@ static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const 
     if (!kx || !vx || !kp || !vp) goto done;
 
     int32_t *perm = NULL;
-    if (plan != VCATTN_GROUP_NONE) {
+    if (vsmooth_plan_permutes(plan)) {
         perm = perms + g * n;
         st = group_head(p, plan, vx, g, clusters, layer,
                         centroids + (size_t)g * (size_t)clusters * (size_t)d, perm);
@@ -348,12 +348,13 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
     p.qh = calloc((size_t)nqh, sizeof *p.qh);
     p.out = malloc((size_t)(nqh * p.nq * p.d) * sizeof(float));
     p.lse = malloc((size_t)(nqh * p.nq) * sizeof(float));
-    if (plan != VCATTN_GROUP_NONE) {
+    const int permutes = vsmooth_plan_permutes(plan);
+    if (permutes) {
         centroids = malloc((size_t)nkv * (size_t)clusters * (size_t)p.d * sizeof(float));
         perms = malloc((size_t)(nkv * p.nk) * sizeof(int32_t));
     }
     vcattn_status st = VCATTN_OK;
-    if (!p.kv || !p.qh || !p.out || !p.lse || (plan != VCATTN_GROUP_NONE && (!centroids || !perms))) {
+    if (!p.kv || !p.qh || !p.out || !p.lse || (permutes && (!centroids || !perms))) {
         st = vcattn_fail(ctx, VCATTN_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
         goto done;
     }

@@ -77,6 +77,11 @@ int vsmooth_layer_matches(const vcattn_layer *layer, int64_t batch, int64_t head
 vcattn_grouping vsmooth_resolve_plan(const vcattn_config *cfg, const vcattn_layer *layer,
                                      int64_t batch, int64_t heads_kv, int64_t tokens,
                                      int64_t head_dim, int clusters);
+/* Whether a plan reorders the keys (cold, warm, reuse); sequence order and
+ * none keep them in place. */
+static inline int vsmooth_plan_permutes(vcattn_grouping plan) {
+    return plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM || plan == VCATTN_GROUP_REUSE;
+}
 /* Replaces the stored grouping by these arrays (the layer takes ownership). */
 void vsmooth_layer_adopt(vcattn_layer *layer, int64_t batch, int64_t heads_kv, int64_t tokens,
                          int64_t head_dim, int clusters, float *centroids, int32_t *perm);
