@@ -138,7 +138,7 @@ check(handle.step == 0 and len(handle.groupings) == len(model.blocks), "new gene
 import ctypes  # noqa: E402
 from vcattn import _core  # noqa: E402
 state = next(iter(handle.layers().values()))  # step 0, grouped: a second pass must reuse, not regroup
-plans = [_core.lib().vcattn_layer_plan(state._handle, ctypes.byref(c)) for c in (_core.config("vc"),
+plans = [_core.lib().vcattn_layer_plan(state.c_layer(), ctypes.byref(c)) for c in (_core.config("vc"),
                                                                                   _core.config("vc", **vd._REUSE_GROUPING))]
 check(plans == [2, 3], "plans at a grouped step 0: %s, expected warm then reuse" % plans)
 raises(RuntimeError, lambda: vd.set_backend(model, num_inference_steps=4), "already enabled", "enabled twice")

@@ -2,8 +2,8 @@
 model diffusers has: the vcattn op is really called, the output stays close to
 diffusers' SDPA backend on the same weights and inputs, disable() gives the
 SDPA output back exactly, and models whose processors bypass the dispatcher
-are refused with the reason. CPU backend (exits 77 when torch or diffusers is
-missing)."""
+are refused with the reason. CPU backend, or the GPU with
+VCATTN_TEST_DEVICE=cuda (exits 77 when torch or diffusers is missing)."""
 import os
 import sys
 import warnings
@@ -21,6 +21,9 @@ except ImportError as e:
 import vcattn._torch_op as op  # noqa: E402
 import vcattn.diffusers as vd  # noqa: E402
 
+device = os.environ.get("VCATTN_TEST_DEVICE", "cpu")
+if device == "cuda" and not torch.cuda.is_available():
+    skip("test_diffusers_models", "VCATTN_TEST_DEVICE=cuda but torch sees no GPU")
 warnings.simplefilter("ignore")  # the fallbacks' one-time warnings are checked in test_diffusers
 calls = []
 _original_op = op.attention
@@ -45,6 +48,8 @@ def rand_init(model):
 def run(name, model, inputs, min_calls, fallback=None):
     torch.manual_seed(1)
     rand_init(model)
+    model = model.to(device)
+    inputs = {key: x.to(device) if torch.is_tensor(x) else x for key, x in inputs.items()}
     with torch.no_grad():
         ref = model(**inputs, return_dict=False)[0]
         del calls[:]
@@ -136,4 +141,4 @@ for cls, kwargs in (("CogVideoXTransformer3DModel", dict(num_attention_heads=2, 
         check("SDPA directly" in str(e), "%s: %s" % (cls, e))
     check(not vd._installed, "%s: a refused transformer stayed installed" % cls)
 
-finish("test_diffusers_models")
+finish("test_diffusers_models (%s)" % device)

@@ -172,6 +172,37 @@ if torch is not None:
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     check(torch.equal(compiled(tq, tk, tv), out_t * 2.0), "torch.compile(fullgraph=True) result differs")
 
+    # per-layer states under torch.compile: one graph serves every layer (the
+    # state's id is a tensor input, not a constant), each layer's own state is
+    # used, and Session.layer may be first called inside a fullgraph region
+    from torch._dynamo.utils import counters
+
+    class Block(torch.nn.Module):
+        def __init__(self, state):
+            super().__init__()
+            self.state = state
+
+        def forward(self, a, b, c):
+            return vcattn.attention(a, b, c, state=self.state) * 2.0
+    torch._dynamo.reset()
+    counters.clear()
+    sess = vcattn.Session(num_inference_steps=4)
+    blocks = [torch.compile(Block(sess.layer(i)), fullgraph=True, backend="aot_eager") for i in range(4)]
+    eager = vcattn.attention(tq, tk, tv, state=vcattn.Session(num_inference_steps=4).layer(0)) * 2.0
+    firsts = [blk(tq, tk, tv) for blk in blocks]
+    check(all(torch.equal(x, eager) for x in firsts), "compiled per-layer calls differ from the eager call")
+    for blk in blocks:
+        blk(tq, tk, tv)
+    check(counters["stats"]["unique_graphs"] == 1, "4 layers compiled into %d graphs, want 1"
+          % counters["stats"]["unique_graphs"])
+    check([sess.layer(i).plan() for i in range(4)] == ["warm"] * 4,
+          "each layer's state grouped: %s" % [sess.layer(i).plan() for i in range(4)])
+    inner = vcattn.Session(num_inference_steps=4)
+    g = torch.compile(lambda a, b, c: vcattn.attention(a, b, c, state=inner.layer("x")) + 1.0, fullgraph=True,
+                      backend="aot_eager")
+    check(torch.equal(g(tq, tk, tv), eager / 2.0 + 1.0) and len(inner) == 1 and inner.layer("x").plan() == "warm",
+          "Session.layer first called inside torch.compile(fullgraph=True)")
+
     # ring attention on one device: keys in 3 chunks, merged through the LSE
     from vcattn import parallel
     for method in ("bf16", "vc"):

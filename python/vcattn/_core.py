@@ -1,6 +1,7 @@
 """The drop-in call over the C API: torch tensors (CPU or CUDA) or numpy arrays."""
 import ctypes
 import math
+import sys
 import threading
 
 from . import _capi
@@ -113,42 +114,92 @@ def check_step(step, num_inference_steps):
     return step
 
 
+class _CLayer:
+    """The C side of a LayerState: its vcattn_layer, made when a call first
+    needs it (at run time, never while torch.compile traces)."""
+
+    def __init__(self, num_inference_steps):
+        self.handle = ctypes.c_void_p()
+        if lib().vcattn_layer_create(ctypes.byref(self.handle), num_inference_steps):
+            raise VcattnError("vcattn: could not create a layer state")
+
+    def __del__(self):
+        if getattr(self, "handle", None) and _lib is not None:
+            _lib.vcattn_layer_destroy(self.handle)
+
+
+# The C layers of the live LayerStates, by id. Only run time code (a call, a
+# plan) adds to it, so creating a LayerState is plain Python that
+# torch.compile can trace: its side effects land only after the traced graph
+# has run, and the graph's call must already find its layer.
+_c_layers = {}
+_state_count = [0]
+
+
+def layer_of(state_id, num_inference_steps, step):
+    """The C layer of LayerState `state_id` (None for 0), made on first use,
+    at `step`."""
+    if not state_id:
+        return None
+    c = _c_layers.get(state_id)
+    if c is None:
+        c = _c_layers[state_id] = _CLayer(num_inference_steps)
+    lib().vcattn_layer_set_step(c.handle, step)
+    return c.handle
+
+
+def _id_token(state_id, num_inference_steps):
+    """(id, num_inference_steps, step) as a CPU int64 tensor when torch is
+    loaded (None else; the torch op's front makes it then). Made with the
+    state, before any tracing, so a compiled graph takes it as an input, not
+    as a constant: one graph serves every layer, and a new step only writes
+    into it."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return torch.tensor([state_id, num_inference_steps, 0], dtype=torch.int64)
+
+
 class LayerState:
     """Per-layer V-Smooth state (centroids, permutation, step): one per attention
-    module, kept across the denoising steps (paper appendix A)."""
+    module, kept across the denoising steps (paper appendix A). Creating one
+    is plain Python (its C state is made by the first call that uses it), so
+    Session.layer may run inside torch.compile(fullgraph=True)."""
 
     def __init__(self, num_inference_steps):
         if int(num_inference_steps) < 1:
             raise ValueError("vcattn: num_inference_steps must be >= 1, got %r" % (num_inference_steps,))
         self.num_inference_steps = int(num_inference_steps)
-        self._handle = ctypes.c_void_p()
-        if lib().vcattn_layer_create(ctypes.byref(self._handle), self.num_inference_steps):
-            raise VcattnError("vcattn: could not create a layer state")
+        self._step = 0
+        _state_count[0] += 1
+        self.id = _state_count[0]
+        self._token = _id_token(self.id, self.num_inference_steps)
 
     @property
     def step(self):
-        return lib().vcattn_layer_step(self._handle)
+        return self._step
 
     @step.setter
     def step(self, value):
-        lib().vcattn_layer_set_step(self._handle, check_step(value, self.num_inference_steps))
+        self._step = check_step(value, self.num_inference_steps)
+        if self._token is not None:
+            self._token[2] = self._step
+
+    def c_layer(self):
+        """The C vcattn_layer (a c_void_p), made on first use, at this state's step."""
+        return layer_of(self.id, self.num_inference_steps, self._step)
 
     def plan(self, method="vc"):
-        """What a call would do now: 'none', 'cold', 'warm' or 'reuse'."""
+        """What a call would do now: 'none', 'cold', 'warm', 'reuse'."""
         cfg = config(method)
-        return ("none", "cold", "warm", "reuse", "sequence")[lib().vcattn_layer_plan(self._handle, ctypes.byref(cfg))]
+        return ("none", "cold", "warm", "reuse", "sequence")[lib().vcattn_layer_plan(self.c_layer(), ctypes.byref(cfg))]
 
     def reset(self):
-        lib().vcattn_layer_reset(self._handle)
-
-    @property
-    def handle(self):
-        return self._handle.value or 0
+        if self.id in _c_layers:
+            lib().vcattn_layer_reset(_c_layers[self.id].handle)
 
     def __del__(self):
-        if getattr(self, "_handle", None) and _lib is not None:
-            _lib.vcattn_layer_destroy(self._handle)
-            self._handle = ctypes.c_void_p()
+        _c_layers.pop(getattr(self, "id", None), None)
 
 
 def _check_layout(q, k, v, tensor_layout):

@@ -30,5 +30,5 @@ def attention(q, k, v, tensor_layout, sm_scale, method, state, check_finite, swi
     ctx = _core._context(_capi.BACKEND_CPU)
     _core.run(ctx, cfg, _desc(q, tensor_layout), _desc(k, tensor_layout), _desc(v, tensor_layout),
               _desc(out, tensor_layout), ctypes.c_void_p(lse.ctypes.data),
-              ctypes.c_void_p(state.handle if state is not None else None))
+              state.c_layer() if state is not None else None)
     return out, lse

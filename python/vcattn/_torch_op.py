@@ -21,23 +21,24 @@ def _desc(t, layout):
 
 @torch.library.custom_op("vcattn::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, sm_scale: float,
-                 method: str, switches: str, layer: int, check_finite: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                 method: str, switches: str, layer: torch.Tensor, check_finite: bool) -> tuple[torch.Tensor, torch.Tensor]:
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     b, hq, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "HND" else (q.shape[0], q.shape[2], q.shape[1])
     lse = torch.empty((b, hq, nq), dtype=torch.float32, device=q.device)
     cfg = _core.config(method, sm_scale if sm_scale > 0 else None, check_finite,
                        **_core.decode_switches(switches))
+    layer = _core.layer_of(*(int(x) for x in layer.tolist()))
     if q.is_cuda:
         ctx = _core._context(_capi.BACKEND_CUDA)
         with torch.cuda.device(q.device):
             _core.lib().vcattn_set_cuda_stream(ctx, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
             _core.run(ctx, cfg, _desc(q, layout), _desc(k, layout), _desc(v, layout), _desc(out, layout),
-                      ctypes.c_void_p(lse.data_ptr()), ctypes.c_void_p(layer or None))
+                      ctypes.c_void_p(lse.data_ptr()), layer)
     else:
         ctx = _core._context(_capi.BACKEND_CPU)
         _core.run(ctx, cfg, _desc(q, layout), _desc(k, layout), _desc(v, layout), _desc(out, layout),
-                  ctypes.c_void_p(lse.data_ptr()), ctypes.c_void_p(layer or None))
+                  ctypes.c_void_p(lse.data_ptr()), layer)
     return out, lse
 
 
@@ -46,6 +47,15 @@ def _(q, k, v, layout, sm_scale, method, switches, layer, check_finite):
     b, hq, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "HND" else (q.shape[0], q.shape[2], q.shape[1])
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             q.new_empty((b, hq, nq), dtype=torch.float32))
+
+
+def _layer_token(state):
+    """The state's (id, num_inference_steps, step) tensor, the op's input."""
+    if state is None:
+        return torch.zeros(3, dtype=torch.int64)
+    if state._token is None:  # made before torch was loaded
+        state._token = torch.tensor([state.id, state.num_inference_steps, state.step], dtype=torch.int64)
+    return state._token
 
 
 def attention(q, k, v, tensor_layout, sm_scale, method, state, check_finite, switches):
@@ -70,7 +80,7 @@ def attention(q, k, v, tensor_layout, sm_scale, method, state, check_finite, swi
         q, k, v = (torch.nn.functional.pad(t, (0, pad)) for t in (q, k, v))
     out, lse = torch.ops.vcattn.attention(q, k, v, tensor_layout, float(scale), method,
                                           _core.encode_switches(switches),
-                                          state.handle if state is not None else 0, bool(check_finite))
+                                          _layer_token(state), bool(check_finite))
     if pad:
         out = out[..., :d]
     return out, lse

@@ -222,7 +222,7 @@ class _Generation:
         if entry is None:
             entry = self.layers[key] = [_core.LayerState(self.num_inference_steps), 0, None]
         if entry[1] != self.step:
-            _core.lib().vcattn_layer_set_step(entry[0]._handle, self.step)  # any step >= 0
+            entry[0].step = min(self.step, self.num_inference_steps - 1)  # past the end: the last step's plan
             entry[1] = self.step
         return entry
 
@@ -336,7 +336,7 @@ class _Installation:
             return _torch_op.attention(query, key, value, "NHD", scale, self.method, None, False, {})
         layer_key = (self.label, name, index, tuple(key.shape))
         state, step, grouped_at = generation.layer(layer_key)
-        plan = _core.lib().vcattn_layer_plan(state._handle, ctypes.byref(self.cfg))
+        plan = _core.lib().vcattn_layer_plan(state.c_layer(), ctypes.byref(self.cfg))
         groups = plan in (1, 2)  # VCATTN_GROUP_COLD, VCATTN_GROUP_WARM
         again = groups and grouped_at == step  # another pass of this step: reuse what it grouped
         out = _torch_op.attention(query, key, value, "NHD", scale, self.method, state, False,
