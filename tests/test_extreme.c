@@ -1,6 +1,7 @@
 /* Extreme inputs (issue 7): all-equal scores, one key that takes the whole
  * row, all-zero V blocks, a V block that is one outlier, V at the float16
- * and near the float32 maximum, huge scores, identical value tokens
+ * and near the float32 maximum, V near the smallest normal and among the
+ * subnormals, huge scores, identical value tokens
  * (k-means leaves clusters empty), fewer keys than clusters. Every 8-bit
  * method on the CPU backend, and on the CUDA backend where a GPU is present
  * (bf16, fp8-naive and vsmooth-4bit on the CPU): the call succeeds, every
@@ -108,6 +109,10 @@ static const extreme_case cases[] = {
     {"V of +-3e38, mixed signs", 300, 1.0f, 0, v_3e38_mixed},
     {"V of +-FLT_MAX, mixed signs", 300, 1.0f, 0, v_float_max_mixed},
     {"one +2e38 token among -2e38 ones", 300, 1.0f, 1, v_outlier_at_float_max},
+    /* tiny V: 448 / amax once overflowed below ~1.3e-36, every code was 0
+     * and the output 0 (relative L2 1.000); now a power-of-two pre-scale */
+    {"V near the smallest normal float (1e-38)", 300, 1.0e-38f, 1, nothing},
+    {"V of subnormals near 1e-40", 300, 1.0e-40f, 1, nothing},
 };
 
 static void run_case(vcattn_context *ctx, const char *backend, const extreme_case *ec, const char *method,

@@ -301,7 +301,7 @@ static void attend_row(const problem *p, const score_operand *q, const kv_head *
         m = m_new;
     }
     float inv_l = 1.0f / l;
-    for (int64_t c = 0; c < d; c++) out_row[c] = acc[c] * (kv->v.chan_mul[c] * inv_l);
+    for (int64_t c = 0; c < d; c++) out_row[c] = acc[c] * (kv->v.chan_mul[c] * inv_l) * kv->v.chan_pow2[c];
     *lse_out = (float)(LN2 * ((double)m + log2((double)l) - p_scale_log2(cfg->p_format))) + lse_shift;
 }
 
@@ -469,7 +469,7 @@ vcattn_status cpu_quantize_for_test(vcattn_context *ctx, const vcattn_config *cf
         for (int64_t i = 0; i < tiles * d; i++)
             out->v_mean[g * tiles * d + i] = kv->v.mean ? kv->v.mean[i] : 0.0f;
         for (int64_t c = 0; c < d; c++) {
-            out->v_scale[g * d + c] = kv->v.chan_mul[c];
+            out->v_scale[g * d + c] = kv->v.chan_mul[c] * kv->v.chan_pow2[c];
             out->k_mean[g * d + c] = kv->kmean ? kv->kmean[c] : 0.0f;
         }
     }
@@ -489,7 +489,7 @@ vcattn_status cpu_value_roundtrip(const vcattn_config *cfg, const float *v, int6
         float tmul = op.tile_mul ? op.tile_mul[tile] : 1.0f;
         for (int64_t c = 0; c < d; c++) {
             float x = op.val[t * d + c] + (op.mean ? op.mean[tile * d + c] : 0.0f);
-            v_hat[t * d + c] = x * tmul * op.chan_mul[c];
+            v_hat[t * d + c] = x * tmul * op.chan_mul[c] * op.chan_pow2[c];
         }
     }
     value_operand_free(&op);

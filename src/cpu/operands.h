@@ -20,7 +20,8 @@ typedef struct {
     int64_t n, d, tiles;
     float *val;       /* [n][d]: code values of V (or of the V-Smooth residual) */
     float *mean;      /* [tiles][d]: block means in code units, or NULL without V-Smooth */
-    float *chan_mul;  /* [d]: applied once in the epilogue */
+    float *chan_mul;  /* [d]: applied once in the epilogue, with 1 / l */
+    float *chan_pow2; /* [d]: 2^k of the channel's pre-scale, applied last (exact) */
     float *tile_mul;  /* [tiles]: applied to each tile's partial sum, or NULL */
 } value_operand;
 

@@ -16,6 +16,7 @@ void value_operand_free(value_operand *op) {
     free(op->val);
     free(op->mean);
     free(op->chan_mul);
+    free(op->chan_pow2);
     free(op->tile_mul);
     memset(op, 0, sizeof *op);
 }
@@ -254,16 +255,17 @@ vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard,
     op->tiles = (n + VCATTN_TILE - 1) / VCATTN_TILE;
     op->val = malloc((size_t)(n * d) * sizeof(float));
     op->chan_mul = malloc((size_t)d * sizeof(float));
+    op->chan_pow2 = malloc((size_t)d * sizeof(float));
     if (demean) op->mean = malloc((size_t)(op->tiles * d) * sizeof(float));
     if (fmt == VCATTN_V_FP8_BLOCK) op->tile_mul = malloc((size_t)op->tiles * sizeof(float));
-    if (!op->val || !op->chan_mul || (demean && !op->mean) ||
+    if (!op->val || !op->chan_mul || !op->chan_pow2 || (demean && !op->mean) ||
         (fmt == VCATTN_V_FP8_BLOCK && !op->tile_mul)) {
         value_operand_free(op);
         return VCATTN_ERR_OUT_OF_MEMORY;
     }
-    /* Channels near the float maximum are scaled by a power of two first
-     * (the GPU's v_scales_kernel decides the same way); the sink guard has
-     * seen the unscaled block means. */
+    /* Channels near the float limits are scaled by a power of two first (the
+     * GPU's v_scales_kernel decides the same way) and multiplied back last;
+     * the sink guard has seen the unscaled block means. */
     float pre[VCATTN_MAX_HEAD_DIM];
     int exp2_of[VCATTN_MAX_HEAD_DIM];
     for (int64_t i = 0; i < d; i++) {
@@ -286,6 +288,6 @@ vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard,
     case VCATTN_V_FP8_BLOCK: fp8_values_per_tile(op->val, n, d, op); break;
     case VCATTN_V_NVFP4: nvfp4_values(op->val, n, d, op); break;
     }
-    for (int64_t i = 0; i < d; i++) op->chan_mul[i] = op->chan_mul[i] * vcattn_pow2f(exp2_of[i]);
+    for (int64_t i = 0; i < d; i++) op->chan_pow2[i] = vcattn_pow2f(exp2_of[i]);
     return VCATTN_OK;
 }

@@ -272,7 +272,7 @@ struct operands {
     int need_lse_shift;    // set by the caller: computed only when an LSE is asked for
     uint8_t *v_records;
     uint8_t *v_mean_images;  // head dim 128 with V-Smooth, else NULL
-    float *tile_mean, *chan_mul;
+    float *tile_mean, *chan_mul, *chan_pow2;
     float *key_bias;       // Q smoothing's per-key terms, or NULL
 };
 
@@ -296,7 +296,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         qh * QT * VC_Q_ROWS * D, qh * QT * VC_Q_ROWS * 4, qh * Nq * 4,            // q codes, scales, lse shift
         kvh * T * VC_KV_ROWS * D, kvh * T * 16,                                   // k codes, scales
         kvh * T * vc_v_record_bytes((uint32_t)D), mean_images * vc_mean_image_bytes((uint32_t)D),
-        3 * kvh * T * D * 4, 3 * kvh * D * 4,
+        3 * kvh * T * D * 4, 4 * kvh * D * 4,
         qs ? qh * D * 4 : 0, qs ? q_partials * 8 : 0, qs ? qh * T * VC_KV_ROWS * 4 : 0};  // Q smoothing
     size_t total = 0;
     for (size_t sz : sizes) total += (sz + 255) & ~size_t(255);
@@ -332,6 +332,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     float *chan_inv = cs.take<float>(kvh * D);
     op->chan_mul = cs.take<float>(kvh * D);
     float *chan_pre = cs.take<float>(kvh * D);
+    op->chan_pow2 = cs.take<float>(kvh * D);
     float *qmean = qs ? cs.take<float>(qh * D) : nullptr;
     double *qpartials = qs ? cs.take<double>(q_partials) : nullptr;
     op->key_bias = qs ? cs.take<float>(qh * T * VC_KV_ROWS) : nullptr;
@@ -377,7 +378,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
                           qmean, cs.stream)) ||
         (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * 1.4426950408889634f, cfg->hadamard, ck, cs.stream))) ||
         (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->tile_mean, tile_hi, tile_lo, chan_inv,
-                          op->chan_mul, chan_pre, op->v_records, op->v_mean_images, cs.stream)))
+                          op->chan_mul, chan_pre, op->chan_pow2, op->v_records, op->v_mean_images, cs.stream)))
         return cs.cuda_fail(err, "quantization");
     return VCATTN_OK;
 }
@@ -435,7 +436,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     vc_attention_params p = {};
     p.q = op.q_codes; p.q_mul = op.q_mul;
     p.k = op.k_codes; p.k_mul = op.k_mul;
-    p.v = op.v_records; p.v_mul = op.chan_mul; p.v_means = op.v_mean_images;
+    p.v = op.v_records; p.v_mul = op.chan_mul; p.v_pow2 = op.chan_pow2; p.v_means = op.v_mean_images;
     p.lse_shift = cfg->k_smoothing ? op.lse_shift : nullptr;
     p.key_bias = op.key_bias;
     p.out = const_cast<void *>(dout.data); p.out_dtype = out->dtype;
@@ -516,8 +517,9 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
     int8_t *qc = (int8_t *)malloc(qh * QT * VC_Q_ROWS * D), *kc = (int8_t *)malloc(kvh * T * VC_KV_ROWS * D);
     float *qm = (float *)malloc(qh * QT * VC_Q_ROWS * 4);
     uint8_t *vr = (uint8_t *)malloc(kvh * T * rec);
-    if (!qc || !kc || !qm || !vr) {
-        free(qc); free(kc); free(qm); free(vr);
+    float *vp = (float *)malloc(kvh * D * 4);
+    if (!qc || !kc || !qm || !vr || !vp) {
+        free(qc); free(kc); free(qm); free(vr); free(vp);
         return vcattn_fail(ctx, VCATTN_ERR_OUT_OF_MEMORY, "cuda backend: out of host memory");
     }
     cudaMemcpyAsync(qc, op.q_codes, qh * QT * VC_Q_ROWS * D, cudaMemcpyDeviceToHost, cs.stream);
@@ -526,10 +528,12 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
     cudaMemcpyAsync(vr, op.v_records, kvh * T * rec, cudaMemcpyDeviceToHost, cs.stream);
     cudaMemcpyAsync(out->k_scale, op.k_mul, kvh * T * 16, cudaMemcpyDeviceToHost, cs.stream);
     cudaMemcpyAsync(out->v_scale, op.chan_mul, kvh * D * 4, cudaMemcpyDeviceToHost, cs.stream);
+    cudaMemcpyAsync(vp, op.chan_pow2, kvh * D * 4, cudaMemcpyDeviceToHost, cs.stream);
     cudaMemcpyAsync(out->k_mean, op.kmean, kvh * D * 4, cudaMemcpyDeviceToHost, cs.stream);
     cudaMemcpyAsync(out->lse_shift, op.lse_shift, qh * c.Nq * 4, cudaMemcpyDeviceToHost, cs.stream);
     cudaError_t err = cudaStreamSynchronize(cs.stream);
     if (err == cudaSuccess) {
+        for (size_t i = 0; i < kvh * D; i++) out->v_scale[i] *= vp[i];  // the CPU's chan_mul * chan_pow2
         for (size_t g = 0; g < qh; g++)
             for (size_t n = 0; n < (size_t)c.Nq; n++) {
                 const size_t tile = n / VC_Q_ROWS, r = n % VC_Q_ROWS;
@@ -553,7 +557,7 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
                     memcpy(out->v_mean + (g * T + tile) * D, record + vc_vt_bytes((uint32_t)D), D * 4);
             }
     }
-    free(qc); free(kc); free(qm); free(vr);
+    free(qc); free(kc); free(qm); free(vr); free(vp);
     if (err != cudaSuccess) return cs.cuda_fail(err, "quantize for test");
     return VCATTN_OK;
 }

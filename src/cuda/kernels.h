@@ -62,10 +62,13 @@ cudaError_t check_score_bound(const float *max_norm, float score_mul, int hadama
 // V: gather by perm (may be NULL), block means (when demean; 0 for a block
 // the sink guard keeps, as the CPU decides), per-channel E4M3 residual
 // written transposed with the block means; with mean_images (or NULL) the
-// means also as the mean wgmma's images. Workspace: T*D floats x 3, D x 3.
+// means also as the mean wgmma's images. Workspace: T*D floats x 3, D x 2.
+// Per channel out: chan_mul (the E4M3 scale, with 1 / l in the epilogue) and
+// chan_pow2 (2^k of the pre-scale near the float limits, applied last).
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean, float sink_guard,
                        float *tile_mean, float *tile_hi, float *tile_lo, float *chan_inv, float *chan_mul,
-                       float *chan_pre, uint8_t *records, uint8_t *mean_images, cudaStream_t stream);
+                       float *chan_pre, float *chan_pow2, uint8_t *records, uint8_t *mean_images,
+                       cudaStream_t stream);
 
 // k-means over the value tokens of each (batch, head), then the stable
 // counting sort of the labels. centroids [B*H][k][D] hold the start on entry.

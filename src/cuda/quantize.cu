@@ -391,7 +391,7 @@ struct v_args {
     const int32_t *perm;
     int demean;
     float sink_guard;
-    float *tile_mean, *tile_hi, *tile_lo, *chan_inv, *chan_mul, *chan_pre;
+    float *tile_mean, *tile_hi, *tile_lo, *chan_inv, *chan_mul, *chan_pre, *chan_pow2;
     uint8_t *records;
     uint8_t *mean_images;  // or NULL (operand_layout.h)
 };
@@ -451,7 +451,8 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
 }
 
 // Per channel: the power-of-two pre-scale of a channel near the float
-// maximum (vcattn_v_prescale_exp; 1 elsewhere), the block means scaled by it
+// limits (vcattn_v_prescale_exp; 1 elsewhere) and its inverse, which the
+// epilogue applies last, the block means scaled by it
 // in place, and scale = max(amax, max|mean| / 128) / 448 (docs/formats.md)
 // of the scaled residual, whose amax is, with RN monotone,
 // max(RN(RN(max x pre) - mean), RN(mean - RN(min x pre))), as the CPU.
@@ -476,8 +477,9 @@ __global__ void v_scales_kernel(v_args a, int tiles) {
     amax = fmaxf(amax, mean_amax / 128.0f);
     float scale;
     a.chan_inv[head * d + ch] = vcattn_e4m3_scale(amax, &scale);
-    a.chan_mul[head * d + ch] = scale * vcattn_pow2f(k);
+    a.chan_mul[head * d + ch] = scale;
     a.chan_pre[head * d + ch] = pre;
+    a.chan_pow2[head * d + ch] = vcattn_pow2f(k);
 }
 
 // Tile `tile`'s words of its group's mean image: (mu, mu) in FP16 per channel,
@@ -619,11 +621,11 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
 
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean,
                        float sink_guard, float *tile_mean, float *tile_hi, float *tile_lo, float *chan_inv,
-                       float *chan_mul, float *chan_pre, uint8_t *records, uint8_t *mean_images,
-                       cudaStream_t stream) {
+                       float *chan_mul, float *chan_pre, float *chan_pow2, uint8_t *records,
+                       uint8_t *mean_images, cudaStream_t stream) {
     const int tiles = (c.tokens + VC_KV_ROWS - 1) / VC_KV_ROWS;
     v_args a = {v, c, perm, demean, sink_guard, tile_mean, tile_hi, tile_lo, chan_inv, chan_mul, chan_pre,
-                records, mean_images};
+                chan_pow2, records, mean_images};
     const dim3 grid(tiles, c.heads, c.batch);
     const int smem = VC_KV_ROWS * (c.head_dim + 4) * (int)sizeof(float);
     cudaError_t err;

@@ -55,14 +55,18 @@ VCATTN_HD float vcattn_e4m3_scale(float amax, float *scale) {
     return inv;
 }
 
-/* V channels whose amax reaches 2^65 are scaled by 2^-k before demeaning
- * and quantizing (k >= 1 brings the amax into [2^64, 2^65)), so the residual
- * x - mean (up to twice the amax) stays finite; 2^k goes into the channel's
- * dequantization multiplier. k = 0 below 2^65: ordinary values are not
- * touched. amax is finite and >= 0. */
+/* V channels far from 1 are scaled by 2^-k before demeaning and quantizing,
+ * and multiplied by 2^k after everything else in the epilogue (exact both
+ * ways). An amax reaching 2^65 gets k >= 1 (into [2^64, 2^65)), so the
+ * residual x - mean (up to twice the amax) stays finite. A nonzero amax
+ * below 2^-64 gets k <= -1 (into [2^-64, 2^-63), or at least 2^-86 from a
+ * subnormal), so 448 / amax stays finite and no code flushes to zero. k = 0
+ * in between: ordinary values are not touched. amax is finite and >= 0. */
 VCATTN_HD int vcattn_v_prescale_exp(float amax) {
     const int biased = (int)((vcattn_f32_bits(amax) >> 23) & 0xffu);
-    return biased > 127 + 64 ? biased - (127 + 64) : 0;
+    if (biased > 127 + 64) return biased - (127 + 64);
+    if (amax > 0.0f && biased < 127 - 64) return biased - (127 - 64);
+    return 0;
 }
 
 /* 2^k as a float for k in [-126, 127]. */

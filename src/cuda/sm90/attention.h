@@ -10,7 +10,8 @@ struct vc_attention_params {
     const int8_t *k;          // [B][Hkv][T][128 x D]
     const float *k_mul;       // [B][Hkv][T][4]
     const uint8_t *v;         // [B][Hkv][T] records
-    const float *v_mul;       // [B][Hkv][D]
+    const float *v_mul;       // [B][Hkv][D] E4M3 scales, applied with 1 / l
+    const float *v_pow2;      // [B][Hkv][D] powers of two of the V pre-scale, applied last
     const uint8_t *v_means;   // [B][Hkv][ceil(T/8)] mean images (head dim 128, V-Smooth)
     const float *lse_shift;   // [B][Hq][Nq], or NULL (no K smoothing)
     const float *key_bias;    // [B][Hq][T][128] Q smoothing's per-key term (log2 units), or NULL

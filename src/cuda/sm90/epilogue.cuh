@@ -1,4 +1,5 @@
-// The epilogue: out = o * (v_mul / l) in the caller's dtype and layout, and
+// The epilogue: out = o * (v_mul / l) * v_pow2 in the caller's dtype and
+// layout (v_pow2 last, so values near the float limits keep their bits), and
 // the LSE (natural log) when asked for.
 #pragma once
 #include "attention.h"
@@ -27,7 +28,7 @@ template <int D, typename OutT>
 __device__ void store_rows(const vc_attention_params &p, const float *o, float m0, float m1, float l0, float l1,
                            int64_t q_head, int64_t kv_head, int batch, int head, int row0, int t) {
     const int row1 = row0 + 8;
-    const float *v_mul = p.v_mul + kv_head * D;
+    const float *v_mul = p.v_mul + kv_head * D, *v_pow2 = p.v_pow2 + kv_head * D;
     const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
     OutT *out = reinterpret_cast<OutT *>(p.out) + batch * p.out_sb + head * p.out_sh;
     const bool pair = (reinterpret_cast<uintptr_t>(p.out) % (2 * sizeof(OutT)) == 0) &&
@@ -39,7 +40,8 @@ __device__ void store_rows(const vc_attention_params &p, const float *o, float m
         const int row = lower ? row1 : row0;
         if (row >= p.nq) continue;
         const float inv = lower ? inv1 : inv0;
-        store2(out + row * p.out_sn + c, o[i] * (v_mul[c] * inv), o[i + 1] * (v_mul[c + 1] * inv), pair);
+        store2(out + row * p.out_sn + c, o[i] * (v_mul[c] * inv) * v_pow2[c],
+               o[i + 1] * (v_mul[c + 1] * inv) * v_pow2[c + 1], pair);
     }
     if (p.lse && t == 0) {
         float *lse = p.lse + q_head * p.nq;
