@@ -257,6 +257,14 @@ VCATTN_API const char *vcattn_last_error(const vcattn_context *ctx);
  * check (cfg.check_finite), or a new grouping for a layer. CPU contexts
  * accept and ignore it. */
 VCATTN_API vcattn_status vcattn_set_cuda_stream(vcattn_context *ctx, void *stream);
+/* Progress of a long call: fn(done, total, user) with done counting the
+ * query rows whose attention is finished, out of total (B * Hq * Nq), called
+ * from one of the call's threads, never two at once, with done increasing,
+ * at most about 100 times a call; the last call has done == total. CPU
+ * backend only (a CUDA call is over in milliseconds); fn NULL turns it off.
+ * fn must not call back into the library with this context. */
+typedef void (*vcattn_progress_fn)(int64_t done, int64_t total, void *user);
+VCATTN_API vcattn_status vcattn_set_progress(vcattn_context *ctx, vcattn_progress_fn fn, void *user);
 /* Whether a backend can run here; if not, why (static string) in *why. */
 VCATTN_API int vcattn_backend_available(vcattn_backend backend, const char **why);
 

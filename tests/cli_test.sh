@@ -66,6 +66,8 @@ check "run --grouping sequence" 0 "V-Smooth in sequence order" -- run --workload
 check "run --grouping kmeans --json" 0 '"grouping": "kmeans"' -- run --workload tiny --grouping kmeans --json
 check "eval --grouping sequence" 0 "V-Smooth in sequence order" -- \
     eval --workload tiny --draws 1 --methods sage2,vc --grouping sequence
+check "run --progress" 0 "vc: 100% of the rows" -- run --workload tiny --progress
+check "eval --progress" 0 "sage2: 100% of the rows" -- eval --workload tiny --draws 1 --methods sage2 --progress
 check "bad --grouping exits 2" 2 "--grouping: unknown value 'random'" "kmeans, sequence" -- \
     run --workload tiny --grouping random
 check "unknown workload exits 2" 2 "unknown workload 'nosuch'" -- run --workload nosuch
@@ -193,6 +195,21 @@ check "run reads float64 files" 0 "is float64: read as float32" "cosine" -- \
 npy_f32 "$tmp/nhd.npy" "1, 16, 2, 8" 256
 check "warns on more heads than tokens" 0 "more heads than tokens suggests NHD" -- \
     run --backend cpu --method sage2 --q "$tmp/nhd.npy" --k "$tmp/nhd.npy" --v "$tmp/nhd.npy"
+
+# A CPU call of over 10^11 multiply-adds starts with an estimate of its
+# time (one head of 32768 zero tokens; stopped after 10 s, its estimate out).
+npy_f32 "$tmp/long.npy" "1, 1, 32768, 128" 4194304
+OMP_NUM_THREADS=2 timeout 10 "$VCATTN" run --backend cpu --method sage2 --threads 2 \
+    --q "$tmp/long.npy" --k "$tmp/long.npy" --v "$tmp/long.npy" >"$tmp/out" 2>&1
+rc=$?
+if { [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; } && grep -qF "[estimate] about" "$tmp/out"; then
+    passed=$((passed + 1))
+    echo "ok   long CPU run prints an estimate"
+else
+    failed=$((failed + 1))
+    echo "FAIL long CPU run prints an estimate: exit $rc"
+    sed 's/^/     /' "$tmp/out"
+fi
 
 # Options as --name=value too, and names in any case.
 check "--name=value options" 0 "cosine" -- run --workload=tiny --method=sage2 --backend=cpu

@@ -336,6 +336,39 @@ static void test_objects(void) {
     vcattn_workload_free(NULL);
 }
 
+/* vcattn_set_progress: done rises to total = B Hq Nq, once per call at the end
+ * at least; turned off by NULL; a NULL context refused. */
+typedef struct {
+    int calls, rising;
+    int64_t last, total;
+} progress_log;
+
+static void log_progress(int64_t done, int64_t total, void *user) {
+    progress_log *p = user;
+    p->rising &= done > p->last;
+    p->last = done;
+    p->total = total;
+    p->calls++;
+}
+
+static void test_progress(void) {
+    vcattn_context *ctx;
+    if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return;
+    progress_log log = {0, 1, 0, 0};
+    call_t c = good_call();
+    CHECK(vcattn_set_progress(NULL, log_progress, &log) == VCATTN_ERR_NULL_POINTER, "progress on a NULL context");
+    CHECK(vcattn_set_progress(ctx, log_progress, &log) == VCATTN_OK, "set progress");
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK, "call with progress");
+    CHECK(log.calls >= 1 && log.rising && log.last == B * H * N && log.total == B * H * N,
+          "progress: %d calls, rising %d, last %lld of %lld", log.calls, log.rising, (long long)log.last,
+          (long long)log.total);
+    const int calls = log.calls;
+    vcattn_set_progress(ctx, NULL, NULL);
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK &&
+          log.calls == calls, "progress off: no more calls");
+    vcattn_destroy(ctx);
+}
+
 int main(void) {
     fill();
     vcattn_context *ctx;
@@ -344,5 +377,6 @@ int main(void) {
     test_aliasing(ctx);
     vcattn_destroy(ctx);
     test_objects();
+    test_progress();
     return tl_finish("test_api");
 }

@@ -27,6 +27,7 @@
 #include "studies.h"
 #include "metrics.h"
 #include "npy.h"
+#include "progress.h"
 
 #define EXIT_USAGE 2
 #define PROCEED (-1)        /* from a parser: go on (else it is the exit status) */
@@ -78,6 +79,8 @@ static const char USAGE_RUN[] =
     "  --dtype bf16|f16|f32      input precision (default bf16 for workloads;\n"
     "                            .npy inputs are converted only when given)\n"
     "  --threads N               CPU threads (default: all cores)\n"
+    "  --progress                show progress from the start (else only for\n"
+    "                            CPU calls past one second)\n"
     "  --grouping kmeans|sequence  V-Smooth's token order: kmeans (default) groups\n"
     "                            as a grouping step does, from a cold start;\n"
     "                            sequence keeps the tokens' order, as a call\n"
@@ -104,6 +107,8 @@ static const char USAGE_EVAL[] =
     "  --backend cpu|cuda|auto   (default auto)\n"
     "  --dtype bf16|f16|f32      input precision (default bf16)\n"
     "  --threads N               CPU threads (default: all cores)\n"
+    "  --progress                show progress from the start (else only for\n"
+    "                            CPU calls past one second)\n"
     "  --methods M1,M2,...       these methods instead of the list above\n"
     "  --grouping kmeans|sequence  V-Smooth's token order: kmeans (default) groups\n"
     "                            as a grouping step does, from a cold start;\n"
@@ -256,6 +261,7 @@ typedef struct {
     int dtype_set;
     int threads;
     int sequence_order;                  /* --grouping sequence: no layer state */
+    int progress;                        /* --progress: from the first row on */
     const char *out_path;
     int json;
     const char *study;                   /* eval --study: orders, expcast, studies */
@@ -272,7 +278,7 @@ typedef enum {
     OPT_SEED, OPT_METHOD, OPT_BACKEND, OPT_DTYPE, OPT_THREADS, OPT_OUT, OPT_HADAMARD,
     OPT_NO_HADAMARD, OPT_K_SMOOTHING, OPT_NO_K_SMOOTHING, OPT_VSMOOTH, OPT_NO_VSMOOTH, OPT_QK,
     OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS, OPT_Q_SMOOTHING, OPT_SINK_GUARD, OPT_SIZE,
-    OPT_DRAWS, OPT_GROUPING
+    OPT_DRAWS, OPT_GROUPING, OPT_PROGRESS
 } opt_id;
 
 typedef struct {
@@ -301,6 +307,7 @@ static const opt_spec OPTS[] = {
     {"--sink-guard", OPT_SINK_GUARD, 1, 1}, {"--size", OPT_SIZE, 1, 0},
     {"--study", OPT_STUDY, 1, 0},     {"--methods", OPT_METHODS, 1, 0},
     {"--draws", OPT_DRAWS, 1, 0},     {"--grouping", OPT_GROUPING, 1, 0},
+    {"--progress", OPT_PROGRESS, 0, 0},
 };
 #define NUM_OPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -368,6 +375,7 @@ static int apply_input_option(options *o, int id, const char *a, const char *val
         break;
     case OPT_OUT: o->out_path = val; break;
     case OPT_GROUPING: rc = parse_choice(cmd, a, val, GROUPING_NAMES, &o->sequence_order); break;
+    case OPT_PROGRESS: o->progress = 1; break;
     default: return UNHANDLED;
     }
     return rc;
@@ -704,11 +712,7 @@ static vcattn_status validate_inputs(const inputs *in, char *err) {
 
 /* -------------------------------------------------------------- printing */
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
+static double now_ms(void) { return cli_now_ms(); }
 
 /* JSON has no inf or nan: those become null. */
 static void json_num(double x) {
@@ -832,10 +836,14 @@ static int cmd_run(const options *o) {
     const vcattn_rope *rope = inputs_rope(&in);
     const char *backend = vcattn_backend_name(vcattn_context_backend(ctx));
 
+    cli_print_estimate(ctx, &cfg, &in.q, &in.k, &in.v, rope, o->threads ? o->threads : omp_get_max_threads());
     fprintf(stderr, "[1/2] %s on %s ...\n", o->method, backend);
+    cli_progress progress;
+    cli_progress_begin(&progress, ctx, o->method, o->progress);
     double t0 = now_ms();
     st = attend(ctx, &cfg, o->sequence_order, &in, &ot, lse);
     double ms = now_ms() - t0;
+    cli_progress_end(&progress, ctx);
     if (st) {
         rc = lib_error(st, vcattn_last_error(ctx));
         goto done;
@@ -1133,6 +1141,9 @@ static int eval_method(const options *o, vcattn_context *ctx, vcattn_context *cp
     cfg.num_threads = o->threads;
     if (o->q_smoothing > 0) cfg.q_smoothing = 1;
     vcattn_context *used, *pv_used;
+    cli_progress progress, cpu_progress;
+    cli_progress_begin(&progress, ctx, method, o->progress);
+    if (cpu_ctx) cli_progress_begin(&cpu_progress, cpu_ctx, method, o->progress);
     double t0 = now_ms();
     vcattn_status st = attention_or_cpu(ctx, cpu_ctx, &cfg, o->sequence_order, in, &tq, &used);
     r->ms += (now_ms() - t0) / draws;
@@ -1146,6 +1157,8 @@ static int eval_method(const options *o, vcattn_context *ctx, vcattn_context *cp
     int own_pv = cfg.v_format == VCATTN_V_EXACT;
     if (!st && !own_pv) st = attention_or_cpu(ctx, cpu_ctx, &pv, o->sequence_order, in, &tpv, &pv_used);
     else pv_used = used;
+    cli_progress_end(&progress, ctx);
+    if (cpu_ctx) cli_progress_end(&cpu_progress, cpu_ctx);
     if (st) {
         char msg[ERRLEN + 64];
         snprintf(msg, sizeof msg, "%s: %s", method, vcattn_last_error(own_pv ? used : pv_used));

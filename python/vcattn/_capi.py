@@ -68,6 +68,7 @@ def load(path=None):
     lib.vcattn_last_error.argtypes = [vp]
     lib.vcattn_last_error.restype = ctypes.c_char_p
     lib.vcattn_set_cuda_stream.argtypes = [vp, vp]
+    lib.vcattn_set_progress.argtypes = [vp, vp, vp]
     lib.vcattn_config_from_method.argtypes = [ctypes.c_char_p, ctypes.POINTER(Config)]
     lib.vcattn_layer_create.argtypes = [ctypes.POINTER(vp), i32]
     lib.vcattn_layer_destroy.argtypes = [vp]

@@ -65,6 +65,13 @@ vcattn_status vcattn_set_cuda_stream(vcattn_context *ctx, void *stream) {
     return VCATTN_OK;
 }
 
+vcattn_status vcattn_set_progress(vcattn_context *ctx, vcattn_progress_fn fn, void *user) {
+    if (!ctx) return VCATTN_ERR_NULL_POINTER;
+    ctx->progress = fn;
+    ctx->progress_user = user;
+    return VCATTN_OK;
+}
+
 /* ----------------------------------------------------------- validation */
 
 static size_t dtype_size(vcattn_dtype dt) { return dt == VCATTN_DTYPE_F32 ? 4 : 2; }

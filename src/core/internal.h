@@ -22,6 +22,8 @@ struct vcattn_context {
     void *cuda_stream;   /* cudaStream_t of a CUDA context */
     void *cuda_pool;     /* cudaMemPool_t of the workspaces (CUDA backend), or NULL */
     int cuda_pool_device;
+    vcattn_progress_fn progress;  /* CPU backend: rows done, see vcattn_set_progress */
+    void *progress_user;
     char last_error[VCATTN_ERRMSG_LEN];
 };
 

@@ -397,6 +397,8 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
     }
 
     const int64_t qtiles = (p.nq + VCATTN_TILE - 1) / VCATTN_TILE;
+    const int64_t total_rows = nqh * p.nq;
+    int64_t rows_done = 0, rows_told = 0;  /* under the critical section below */
     #pragma omp parallel for num_threads(threads) schedule(dynamic)
     for (int64_t w = 0; w < nqh * qtiles; w++) {
         int64_t gq = w / qtiles, i0 = (w % qtiles) * VCATTN_TILE;
@@ -406,6 +408,16 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
         for (int64_t i = i0; i < i1; i++)
             attend_row(&p, &p.qh[gq].q, kv, i, p.out + (gq * p.nq + i) * p.d, p.lse + gq * p.nq + i,
                        p.qh[gq].lse_shift[i], p.qh[gq].key_bias);
+        if (ctx->progress) {
+            #pragma omp critical(vcattn_progress)
+            {
+                rows_done += i1 - i0;  /* told at each 1% and at the end */
+                if (rows_done == total_rows || (rows_done - rows_told) * 100 >= total_rows) {
+                    rows_told = rows_done;
+                    ctx->progress(rows_done, total_rows, ctx->progress_user);
+                }
+            }
+        }
     }
 
     /* Only now, with nothing left to fail, touch the caller's buffers. */
