@@ -18,6 +18,7 @@
 #include "reference.h"
 #include "formats/formats.h"
 #include "vsmooth/vsmooth.h"
+#include "api/api.h"
 #include "cpu/cpu_backend.h"
 #include "cuda/cuda_backend.h"
 
@@ -332,8 +333,10 @@ static void run_quantizers(vcattn_context *cpu, vcattn_context *gpu, const shape
         vcattn_layer_set_step(layer, 1);
     }
     vcattn_quantized c = alloc_quantized(s), g = alloc_quantized(s);
-    vcattn_status a = cpu_quantize_for_test(cpu, &cfg, &in.q, &in.k, &in.v, rope, layer, &c);
-    vcattn_status b = cuda_quantize_for_test(gpu, &cfg, &in.q, &in.k, &in.v, rope, layer, &g);
+    vcattn_call call;
+    vcattn_resolve_call(&cfg, &in.q, &in.k, layer, &call);
+    vcattn_status a = cpu_quantize_for_test(cpu, &call, &in.q, &in.k, &in.v, rope, &c);
+    vcattn_status b = cuda_quantize_for_test(gpu, &call, &in.q, &in.k, &in.v, rope, &g);
     CHECK(a == VCATTN_OK && b == VCATTN_OK, "%s: quantize for test: %s", s->name, vcattn_last_error(gpu));
     if (!a && !b) {
         int64_t qn = s->b * s->hq * s->nq, kn = s->b * s->hkv * s->nk, t = (s->nk + 127) / 128;

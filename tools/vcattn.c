@@ -19,6 +19,7 @@
 
 #include "vcattn.h"
 #include "workloads.h"
+#include "api/api.h"
 #include "cpu/cpu_backend.h"
 #include "reference.h"
 #include "formats/halfs.h"

@@ -47,15 +47,6 @@ void vcattn_tensor_load_row(const vcattn_tensor *t, int64_t b, int64_t h, int64_
 void vcattn_tensor_store_row(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n,
                              const float *src);
 
-/* Checks every argument of vcattn_attention without touching data beyond the
- * finite check (done only if cfg->check_finite and scan_host: the CUDA
- * backend checks on the device). out may be NULL: the inputs alone are
- * checked, q's shape standing for out's (the tools, before a reference). */
-vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg,
-                                   const vcattn_tensor *q, const vcattn_tensor *k,
-                                   const vcattn_tensor *v, const vcattn_tensor *out,
-                                   const float *lse, const vcattn_rope *rope, int scan_host);
-
 /* The quantized operands of one call in a backend-independent form, for
  * tests that compare backends stage by stage. Caller-allocated: q_codes
  * [B*Hq][Nq][D], q_scale and lse_shift [B*Hq][Nq]; k_codes and v_codes (E4M3
@@ -67,6 +58,33 @@ typedef struct {
     uint8_t *v_codes;
     float *q_scale, *lse_shift, *k_scale, *v_mean, *v_scale, *k_mean;
 } vcattn_quantized;
+
+/* One call as the API layer resolves it, once, for whichever backend runs
+ * it (vcattn_resolve_call in src/api): the shape, the effective softmax
+ * scale, the k-means cluster count and what V-Smooth does. The layer is
+ * read (REUSE reads its permutation, WARM its centroids), never written by
+ * a backend. */
+typedef struct {
+    const vcattn_config *cfg;
+    int64_t batch, heads_q, heads_kv, tokens_q, tokens_k, head_dim;
+    float sm_scale;
+    int clusters;
+    vcattn_grouping plan;
+    vcattn_layer *layer;
+} vcattn_call;
+
+/* What a backend hands back from a call that grouped (plan COLD or WARM with
+ * a layer): centroids [B*Hkv][clusters][D] and perm [B*Hkv][Nk] from malloc,
+ * which the API layer gives to the layer once the call has succeeded (and
+ * frees otherwise); device_perm, if set, a copy of perm on `device` for the
+ * next plain steps, which release frees. */
+typedef struct {
+    float *centroids;
+    int32_t *perm;
+    void *device_perm;
+    int device;
+    void (*release)(void *device_perm);
+} vcattn_new_grouping;
 
 /* The softmax scale a call uses: cfg's, or 1/sqrt(head_dim) when it is 0
  * (the one place this default is written; float, as every backend rounds it). */

@@ -41,6 +41,15 @@ typedef struct {
     float *lse;        /* [batch][hq][nq] */
 } problem;
 
+static problem problem_of(const vcattn_call *call) {
+    problem p = {0};
+    p.cfg = call->cfg;
+    p.batch = call->batch; p.hq = call->heads_q; p.hkv = call->heads_kv;
+    p.nq = call->tokens_q; p.nk = call->tokens_k; p.d = call->head_dim;
+    p.sm_scale = call->sm_scale;
+    return p;
+}
+
 static int thread_count(const vcattn_config *cfg) {
     return cfg->num_threads > 0 ? cfg->num_threads : omp_get_max_threads();
 }
@@ -324,24 +333,20 @@ static void free_problem(problem *p) {
     free(p->kv); free(p->qh); free(p->out); free(p->lse);
 }
 
-vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
-                            const vcattn_tensor *q, const vcattn_tensor *k,
-                            const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
-                            const vcattn_rope *rope, vcattn_layer *layer) {
-    problem p = {0};
-    p.cfg = cfg;
-    p.batch = q->batch; p.hq = q->heads; p.hkv = k->heads;
-    p.nq = q->tokens; p.nk = k->tokens; p.d = q->head_dim;
-    p.sm_scale = vcattn_effective_sm_scale(cfg, p.d);
+vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
+                            const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_tensor *out,
+                            float *lse, const vcattn_rope *rope, vcattn_new_grouping *grouping) {
+    const vcattn_config *cfg = call->cfg;
+    problem p = problem_of(call);
     const int64_t nkv = p.batch * p.hkv, nqh = p.batch * p.hq;
     const int threads = thread_count(cfg);
-
-    int clusters = vsmooth_cluster_count(cfg, p.nk);
-    vcattn_grouping plan = vsmooth_resolve_plan(cfg, layer, p.batch, p.hkv, p.nk, p.d, clusters);
+    const int clusters = call->clusters;
+    const vcattn_grouping plan = call->plan;
+    const vcattn_layer *layer = call->layer;
     int groups = plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM;
 
-    /* New grouping lands in fresh arrays and replaces the layer's only once
-     * the whole call has succeeded, so a failed call leaves the state usable. */
+    /* A new grouping lands in fresh arrays, handed back only once the whole
+     * call has succeeded, so a failed call leaves the layer as it was. */
     float *centroids = NULL;
     int32_t *perms = NULL;
     p.kv = calloc((size_t)nkv, sizeof *p.kv);
@@ -426,7 +431,8 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
             vcattn_tensor_store_row(out, gq / p.hq, gq % p.hq, i, p.out + (gq * p.nq + i) * p.d);
     if (lse) memcpy(lse, p.lse, (size_t)(nqh * p.nq) * sizeof(float));
     if (layer && groups) {
-        vsmooth_layer_adopt(layer, p.batch, p.hkv, p.nk, p.d, clusters, centroids, perms);
+        grouping->centroids = centroids;
+        grouping->perm = perms;
         centroids = NULL;
         perms = NULL;
     }
@@ -437,20 +443,17 @@ done:
     return st;
 }
 
-vcattn_status cpu_quantize_for_test(vcattn_context *ctx, const vcattn_config *cfg,
-                                    const vcattn_tensor *q, const vcattn_tensor *k,
-                                    const vcattn_tensor *v, const vcattn_rope *rope,
-                                    vcattn_layer *layer, vcattn_quantized *out) {
+vcattn_status cpu_quantize_for_test(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
+                                    const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_rope *rope,
+                                    vcattn_quantized *out) {
+    const vcattn_config *cfg = call->cfg;
     if (cfg->qk_format != VCATTN_QK_INT8 || cfg->v_format != VCATTN_V_FP8_CHANNEL)
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG, "quantize for test: INT8 Q/K and FP8 V only");
-    problem p = {0};
-    p.cfg = cfg;
-    p.batch = q->batch; p.hq = q->heads; p.hkv = k->heads;
-    p.nq = q->tokens; p.nk = k->tokens; p.d = q->head_dim;
-    p.sm_scale = vcattn_effective_sm_scale(cfg, p.d);
+    problem p = problem_of(call);
     const int64_t nkv = p.batch * p.hkv, nqh = p.batch * p.hq, d = p.d, tiles = (p.nk + 127) / 128;
-    int clusters = vsmooth_cluster_count(cfg, p.nk);
-    vcattn_grouping plan = vsmooth_resolve_plan(cfg, layer, p.batch, p.hkv, p.nk, p.d, clusters);
+    const int clusters = call->clusters;
+    const vcattn_grouping plan = call->plan;
+    const vcattn_layer *layer = call->layer;
     p.kv = calloc((size_t)nkv, sizeof *p.kv);
     p.qh = calloc((size_t)nqh, sizeof *p.qh);
     float *centroids = malloc((size_t)(nkv * clusters * d) * sizeof(float));

@@ -6,17 +6,17 @@
 
 #include "../core/internal.h"
 
-/* Arguments already validated by vcattn_attention. */
-vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_config *cfg,
-                            const vcattn_tensor *q, const vcattn_tensor *k,
-                            const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
-                            const vcattn_rope *rope, vcattn_layer *layer);
+/* Arguments already validated and the call resolved by vcattn_attention; a
+ * call that groups (plan COLD or WARM with a layer) hands its grouping back
+ * in *grouping (untouched otherwise). */
+vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
+                            const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_tensor *out,
+                            float *lse, const vcattn_rope *rope, vcattn_new_grouping *grouping);
 
 /* The operands cpu_attention would build for this call (INT8 Q/K, FP8 V). */
-vcattn_status cpu_quantize_for_test(vcattn_context *ctx, const vcattn_config *cfg,
-                                    const vcattn_tensor *q, const vcattn_tensor *k,
-                                    const vcattn_tensor *v, const vcattn_rope *rope,
-                                    vcattn_layer *layer, vcattn_quantized *out);
+vcattn_status cpu_quantize_for_test(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
+                                    const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_rope *rope,
+                                    vcattn_quantized *out);
 
 /* In-place normalized Walsh-Hadamard transform of x[d], d a power of two. */
 void cpu_hadamard(float *x, int64_t d);

@@ -145,21 +145,17 @@ vcattn_status check_supported(vcattn_context *ctx, const vcattn_config *cfg, int
 void release_device_perm(void *p) { cudaFree(p); }
 
 // The layer's permutation on this device: its cached copy, or uploaded once
-// and cached. NULL (and err set) on failure.
+// and kept in the layer (by vsmooth). NULL (and err set) on failure.
 const int32_t *layer_device_perm(vcattn_layer *layer, size_t count, int device, cudaStream_t stream,
                                  cudaError_t *err) {
     if (layer->device_perm && layer->device_perm_device == device) return (const int32_t *)layer->device_perm;
-    if (layer->device_perm) layer->release_device_perm(layer->device_perm);
-    layer->device_perm = nullptr;
     void *p = nullptr;
     if ((*err = cudaMalloc(&p, count * 4)) != cudaSuccess) return nullptr;
     if ((*err = cudaMemcpyAsync(p, layer->perm, count * 4, cudaMemcpyHostToDevice, stream)) != cudaSuccess) {
         cudaFree(p);
         return nullptr;
     }
-    layer->device_perm = p;
-    layer->device_perm_device = device;
-    layer->release_device_perm = release_device_perm;
+    vsmooth_layer_keep_device_perm(layer, p, device, release_device_perm);
     return (const int32_t *)p;
 }
 
@@ -167,16 +163,18 @@ const int32_t *layer_device_perm(vcattn_layer *layer, size_t count, int device, 
 struct call_shape {
     int64_t B, Hq, Hkv, Nq, Nk, D;
     int clusters, T, QT;  // QT: 64-row Q tiles rounded up to even (v3 CTAs take two)
+    float sm_scale;
     vcattn_grouping plan;
     int grouped, regroup;
 };
 
-call_shape shape_of(const vcattn_config *cfg, const vcattn_tensor *q, const vcattn_tensor *k,
-                    const vcattn_layer *layer) {
+call_shape shape_of(const vcattn_call *call) {
     call_shape c;
-    c.B = q->batch; c.Hq = q->heads; c.Hkv = k->heads; c.Nq = q->tokens; c.Nk = k->tokens; c.D = q->head_dim;
-    c.clusters = vsmooth_cluster_count(cfg, c.Nk);
-    c.plan = vsmooth_resolve_plan(cfg, layer, c.B, c.Hkv, c.Nk, c.D, c.clusters);
+    c.B = call->batch; c.Hq = call->heads_q; c.Hkv = call->heads_kv;
+    c.Nq = call->tokens_q; c.Nk = call->tokens_k; c.D = call->head_dim;
+    c.clusters = call->clusters;
+    c.sm_scale = call->sm_scale;
+    c.plan = call->plan;
     c.grouped = c.plan != VCATTN_GROUP_NONE;
     c.regroup = c.plan == VCATTN_GROUP_COLD || c.plan == VCATTN_GROUP_WARM;
     c.T = (int)((c.Nk + VC_KV_ROWS - 1) / VC_KV_ROWS);
@@ -338,7 +336,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     op->key_bias = qs ? cs.take<float>(qh * T * VC_KV_ROWS) : nullptr;
     if ((err = cudaMemsetAsync(op->flag, 0, 4 * sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
 
-    const float sm_scale = vcattn_effective_sm_scale(cfg, (int64_t)D);
+    const float sm_scale = c.sm_scale;
     const float hadamard_scale = 1.0f / sqrtf((float)D);
     const quant_common ck = {(int)c.B, (int)c.Hkv, (int)Nk, (int)D, cfg->check_finite, op->flag};
     const quant_common cq = {(int)c.B, (int)c.Hq, (int)Nq, (int)D, cfg->check_finite, op->flag};
@@ -408,11 +406,12 @@ vcattn_status check_flag(call_state &cs, const vcattn_config *cfg, const operand
 
 }  // namespace
 
-extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config *cfg,
-                                        const vcattn_tensor *q, const vcattn_tensor *k,
-                                        const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
-                                        const vcattn_rope *rope, vcattn_layer *layer) {
-    const call_shape c = shape_of(cfg, q, k, layer);
+extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
+                                        const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_tensor *out,
+                                        float *lse, const vcattn_rope *rope, vcattn_new_grouping *grouping) {
+    const vcattn_config *cfg = call->cfg;
+    vcattn_layer *layer = call->layer;
+    const call_shape c = shape_of(call);
     call_state cs = {};
     int device = 0;
     vcattn_status st = begin_call(ctx, cfg, c, &cs, &device);
@@ -446,8 +445,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     p.batch = (int)c.B; p.heads_q = (int)c.Hq; p.heads_kv = (int)c.Hkv; p.nq = (int)c.Nq; p.nk = (int)c.Nk;
     p.q_tiles = c.QT; p.kv_tiles = c.T;
     p.kv_group_mul = ((1ull << 32) + (uint64_t)(c.Hq / c.Hkv) - 1) / (uint64_t)(c.Hq / c.Hkv);  // exact for heads < 2^16
-    const float sm_scale = vcattn_effective_sm_scale(cfg, c.D);
-    p.score_mul = sm_scale * 1.4426950408889634f;
+    p.score_mul = c.sm_scale * 1.4426950408889634f;
     p.expcast_bias = 120.0f + cfg->expcast_beta;
     if ((err = vc_attention_sm90(p, (int)c.D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped, cs.stream)))
         return cs.cuda_fail(err, "attention kernel");
@@ -479,15 +477,16 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
         return cs.cuda_fail(err, "attention");
     }
     if (host_perm) {
-        vsmooth_layer_adopt(layer, c.B, c.Hkv, c.Nk, c.D, c.clusters, host_centroids, host_perm);
-        // Keep the new permutation on the device too (best effort: without
-        // it the next plain step uploads it from the host copy).
+        grouping->centroids = host_centroids;
+        grouping->perm = host_perm;
+        // A device copy of the new permutation for the next plain steps
+        // (best effort: without it the next plain step uploads the host copy).
         void *keep = nullptr;
         if (cudaMalloc(&keep, perms * 4) == cudaSuccess &&
             cudaMemcpyAsync(keep, op.new_perm, perms * 4, cudaMemcpyDeviceToDevice, cs.stream) == cudaSuccess) {
-            layer->device_perm = keep;
-            layer->device_perm_device = device;
-            layer->release_device_perm = release_device_perm;
+            grouping->device_perm = keep;
+            grouping->device = device;
+            grouping->release = release_device_perm;
         } else {
             if (keep) cudaFree(keep);
             cudaGetLastError();
@@ -496,11 +495,13 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config
     return VCATTN_OK;
 }
 
-extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcattn_config *cfg,
+extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcattn_call *call,
                                                 const vcattn_tensor *q, const vcattn_tensor *k,
                                                 const vcattn_tensor *v, const vcattn_rope *rope,
-                                                vcattn_layer *layer, vcattn_quantized *out) {
-    const call_shape c = shape_of(cfg, q, k, layer);
+                                                vcattn_quantized *out) {
+    const vcattn_config *cfg = call->cfg;
+    vcattn_layer *layer = call->layer;
+    const call_shape c = shape_of(call);
     call_state cs = {};
     int device = 0;
     vcattn_status st = begin_call(ctx, cfg, c, &cs, &device);

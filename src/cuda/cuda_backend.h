@@ -1,5 +1,5 @@
 /* The CUDA backend's entry points, callable from C. Without a CUDA build the
- * stubs in core/no_cuda.c answer "not available". */
+ * stubs in unavailable.c answer "not available". */
 #ifndef VCATTN_CUDA_BACKEND_H
 #define VCATTN_CUDA_BACKEND_H
 
@@ -12,20 +12,20 @@ extern "C" {
 /* 1 if a usable sm_90 device and the kernels are present; else 0 and *why. */
 int cuda_backend_available(const char **why);
 
-vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_config *cfg,
-                             const vcattn_tensor *q, const vcattn_tensor *k,
-                             const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
-                             const vcattn_rope *rope, vcattn_layer *layer);
+/* As cpu_attention: the call resolved, a new grouping handed back (with a
+ * device copy of its permutation when one could be made). */
+vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
+                             const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_tensor *out,
+                             float *lse, const vcattn_rope *rope, vcattn_new_grouping *grouping);
 
 /* Frees what a context holds on the GPU (its workspace pool). */
 void cuda_release_context(vcattn_context *ctx);
 
 /* For tests: the GPU quantizers' outputs of one call (grouping as the layer
  * says) in the CPU backend's row order (see vcattn_quantized). */
-vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcattn_config *cfg,
-                                     const vcattn_tensor *q, const vcattn_tensor *k,
-                                     const vcattn_tensor *v, const vcattn_rope *rope,
-                                     vcattn_layer *layer, vcattn_quantized *out);
+vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
+                                     const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_rope *rope,
+                                     vcattn_quantized *out);
 
 #ifdef __cplusplus
 }

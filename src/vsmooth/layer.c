@@ -18,10 +18,17 @@ vcattn_status vcattn_layer_create(vcattn_layer **out, int num_steps) {
     return VCATTN_OK;
 }
 
+void vsmooth_layer_keep_device_perm(vcattn_layer *l, void *device_perm, int device,
+                                    void (*release)(void *device_perm)) {
+    if (l->device_perm && l->release_device_perm) l->release_device_perm(l->device_perm);
+    l->device_perm = device_perm;
+    l->device_perm_device = device;
+    l->release_device_perm = release;
+}
+
 void vcattn_layer_reset(vcattn_layer *l) {
     if (!l) return;
-    if (l->device_perm && l->release_device_perm) l->release_device_perm(l->device_perm);
-    l->device_perm = NULL;
+    vsmooth_layer_keep_device_perm(l, NULL, 0, NULL);
     free(l->centroids);
     free(l->perm);
     l->centroids = NULL;

@@ -85,6 +85,11 @@ static inline int vsmooth_plan_permutes(vcattn_grouping plan) {
 /* Replaces the stored grouping by these arrays (the layer takes ownership). */
 void vsmooth_layer_adopt(vcattn_layer *layer, int64_t batch, int64_t heads_kv, int64_t tokens,
                          int64_t head_dim, int clusters, float *centroids, int32_t *perm);
+/* Keeps a device copy of the stored permutation (or NULL), released by
+ * `release` when the permutation changes or the layer goes; the one it
+ * replaces is released now. */
+void vsmooth_layer_keep_device_perm(vcattn_layer *layer, void *device_perm, int device,
+                                    void (*release)(void *device_perm));
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,11 @@
-/* Contexts, argument validation and backend dispatch. */
-#include "internal.h"
+/* The top layer: contexts, argument validation, the call resolved once,
+ * dispatch to a backend, and the layer state updated after a call that
+ * grouped (through vsmooth, only once the call has succeeded). */
+#include "api.h"
 #include "../cpu/cpu_backend.h"
 #include "../cuda/cuda_backend.h"
 #include "../formats/halfs.h"
+#include "../vsmooth/vsmooth.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -311,6 +314,18 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
 
 /* ------------------------------------------------------------- dispatch */
 
+void vcattn_resolve_call(const vcattn_config *cfg, const vcattn_tensor *q, const vcattn_tensor *k,
+                         vcattn_layer *layer, vcattn_call *call) {
+    call->cfg = cfg;
+    call->batch = q->batch; call->heads_q = q->heads; call->heads_kv = k->heads;
+    call->tokens_q = q->tokens; call->tokens_k = k->tokens; call->head_dim = q->head_dim;
+    call->sm_scale = vcattn_effective_sm_scale(cfg, q->head_dim);
+    call->clusters = vsmooth_cluster_count(cfg, k->tokens);
+    call->plan = vsmooth_resolve_plan(cfg, layer, call->batch, call->heads_kv, call->tokens_k, call->head_dim,
+                                      call->clusters);
+    call->layer = layer;
+}
+
 vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_config *cfg,
                                const vcattn_tensor *q, const vcattn_tensor *k,
                                const vcattn_tensor *v, const vcattn_tensor *out, float *lse,
@@ -321,9 +336,23 @@ vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_config *cfg,
     vcattn_status s = vcattn_validate_call(ctx, cfg, q, k, v, out, lse, rope,
                                           ctx->backend != VCATTN_BACKEND_CUDA);
     if (s) return s;
+    vcattn_call call;
+    vcattn_resolve_call(cfg, q, k, layer, &call);
+    vcattn_new_grouping grouping = {NULL, NULL, NULL, 0, NULL};
     switch (ctx->backend) {
-    case VCATTN_BACKEND_CPU: return cpu_attention(ctx, cfg, q, k, v, out, lse, rope, layer);
-    case VCATTN_BACKEND_CUDA: return cuda_attention(ctx, cfg, q, k, v, out, lse, rope, layer);
-    default: return vcattn_fail(ctx, VCATTN_ERR_INTERNAL, "context has no resolved backend");
+    case VCATTN_BACKEND_CPU: s = cpu_attention(ctx, &call, q, k, v, out, lse, rope, &grouping); break;
+    case VCATTN_BACKEND_CUDA: s = cuda_attention(ctx, &call, q, k, v, out, lse, rope, &grouping); break;
+    default: s = vcattn_fail(ctx, VCATTN_ERR_INTERNAL, "context has no resolved backend");
     }
+    if (s == VCATTN_OK && grouping.perm) {
+        vsmooth_layer_adopt(layer, call.batch, call.heads_kv, call.tokens_k, call.head_dim, call.clusters,
+                            grouping.centroids, grouping.perm);
+        if (grouping.device_perm)
+            vsmooth_layer_keep_device_perm(layer, grouping.device_perm, grouping.device, grouping.release);
+        return VCATTN_OK;
+    }
+    free(grouping.centroids);
+    free(grouping.perm);
+    if (grouping.device_perm) grouping.release(grouping.device_perm);
+    return s;
 }
