@@ -196,7 +196,7 @@ typedef struct {
     /* score path, 0/1 (default 0): subtract each head's channel mean of Q over
      * tokens before quantizing, and add the exact per-key term
      * sm_scale (mean_q . k_j) back to the scores, as SageAttention2 smooths Q
-     * (docs/fidelity.md; on the GPU it costs the vc kernel 17%) */
+     * (docs/fidelity.md; on the GPU it costs the vc kernel 16-17%) */
     int q_smoothing;
     /* value path, V-Smooth's sink guard: a 128-row block holding a token whose
      * norm is below sink_guard x the norm of the block's mean is not demeaned
@@ -218,7 +218,7 @@ VCATTN_API vcattn_config vcattn_config_default(void);
  * "vsmooth-4bit"; a "+hadamard" suffix (e.g. "sage2+hadamard") turns on the
  * QK Hadamard, then a "+qsmooth" suffix (e.g. "vc+qsmooth",
  * "sage2+hadamard+qsmooth") turns on q_smoothing (both backends; on the GPU
- * it costs the vc kernel 17%, so no preset has it by default).
+ * it costs the vc kernel 16-17%, so no preset has it by default).
  * Returns VCATTN_ERR_UNKNOWN_NAME for anything else.
  */
 VCATTN_API vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg);

@@ -66,8 +66,8 @@ check "run --grouping sequence" 0 "V-Smooth in sequence order" -- run --workload
 check "run --grouping kmeans --json" 0 '"grouping": "kmeans"' -- run --workload tiny --grouping kmeans --json
 check "eval --grouping sequence" 0 "V-Smooth in sequence order" -- \
     eval --workload tiny --draws 1 --methods sage2,vc --grouping sequence
-check "run --progress" 0 "vc: 100% of the rows" -- run --workload tiny --progress
-check "eval --progress" 0 "sage2: 100% of the rows" -- eval --workload tiny --draws 1 --methods sage2 --progress
+check "run --progress" 0 "vc: 100% of the rows" -- run --workload tiny --backend cpu --progress
+check "eval --progress" 0 "sage2: 100% of the rows" -- eval --workload tiny --backend cpu --draws 1 --methods sage2 --progress
 check "bad --grouping exits 2" 2 "--grouping: unknown value 'random'" "kmeans, sequence" -- \
     run --workload tiny --grouping random
 check "unknown workload exits 2" 2 "unknown workload 'nosuch'" -- run --workload nosuch

@@ -64,5 +64,21 @@ if command -v pkg-config >/dev/null 2>&1; then
 else
     echo "install: pkg-config not found, that part SKIPPED"
 fi
+# The shared library exports the header's VCATTN_API functions and nothing
+# else (no internal function, no compiler-made symbol).
+lib=$(find "$libdir" -name 'libvcattn.so*' -type f | head -1)
+if command -v nm >/dev/null 2>&1 && [ -n "$lib" ]; then
+    sed -n 's/^VCATTN_API[^(]*[ *]\(vcattn_[a-z0-9_]*\)(.*/\1/p' "$prefix/include/vcattn.h" | sort >"$tmp/api"
+    nm -D --defined-only "$lib" | awk '{print $3}' | sort >"$tmp/exported"
+    if [ -s "$tmp/api" ] && diff "$tmp/api" "$tmp/exported" >"$tmp/diff"; then
+        echo "ok: exports = the $(wc -l <"$tmp/api") VCATTN_API functions of vcattn.h"
+    else
+        sed 's/^/     /' "$tmp/diff"
+        echo "FAIL: exports differ from vcattn.h's VCATTN_API functions (< header only, > library only)"
+        status=1
+    fi
+else
+    echo "install: nm not found, the exports check SKIPPED"
+fi
 [ $status = 0 ] && echo "install: passed" || echo "install: FAILED"
 exit $status

@@ -34,7 +34,7 @@ def attention(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_s
     method: "vc" (default), "vsmooth", "sage2" (each "+hadamard"); the CPU
     backend also runs "bf16", "fp8-naive", "sage3-4bit", "vsmooth-4bit", and
     any method with a "+qsmooth" suffix (Q smoothing: slightly more faithful,
-    17% slower attention kernel for vc on the H200).
+    16-17% slower attention kernel for vc on the H200).
     sm_scale (or its alias scale, as in torch SDPA): softmax scale, default
     1/sqrt(D). state: a LayerState (or Session.layer(...)) carrying the
     V-Smooth grouping across denoising steps; None (the drop-in call, as fast

@@ -414,7 +414,7 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_call *call, const 
             attend_row(&p, &p.qh[gq].q, kv, i, p.out + (gq * p.nq + i) * p.d, p.lse + gq * p.nq + i,
                        p.qh[gq].lse_shift[i], p.qh[gq].key_bias);
         if (ctx->progress) {
-            #pragma omp critical(vcattn_progress)
+            #pragma omp critical  /* unnamed: a named one would export a symbol */
             {
                 rows_done += i1 - i0;  /* told at each 1% and at the end */
                 if (rows_done == total_rows || (rows_done - rows_told) * 100 >= total_rows) {
