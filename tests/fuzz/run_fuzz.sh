@@ -23,7 +23,8 @@ if ! command -v "$cc" >/dev/null || ! "$cc" "${flags[@]}" "$out/probe.c" -o "$ou
     exit 77
 fi
 
-lib=("$root"/src/core/*.c "$root"/src/vsmooth/*.c "$root"/src/cpu/*.c)
+# the CPU-only library: every C layer, and the CUDA backend stub of such builds
+lib=("$root"/src/core/*.c "$root"/src/vsmooth/*.c "$root"/src/cpu/*.c "$root"/src/api/*.c "$root"/src/cuda/unavailable.c)
 "$cc" "${flags[@]}" "${lib[@]}" "$here/fuzz_attention.c" -lm -o "$out/fuzz_attention"
 "$cc" "${flags[@]}" "$root/lab/npy.c" "$here/fuzz_npy.c" -lm -o "$out/fuzz_npy"
 
