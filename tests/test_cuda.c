@@ -257,6 +257,47 @@ static void run_schedule(vcattn_context *cpu, vcattn_context *gpu) {
     free_inputs(&in);
 }
 
+/* Grouping of V times 2^70 and 2^-90 (float32), one cold grouping step on
+ * each backend: the same permutation as V's own on the CPU, give or take the
+ * usual CPU/GPU tie differences (the distances once overflowed or
+ * underflowed and every token fell into one cluster). */
+static void run_huge_grouping(vcattn_context *cpu, vcattn_context *gpu) {
+    shape_t s = {"grouping of scaled V", 1, 2, 2, 700, 700, 128, 0, 0, VCATTN_DTYPE_F32, 0, "vc", 0};
+    inputs_t in;
+    make_inputs(&s, &in);
+    vcattn_config cfg = method_config("vc");
+    output_t o;
+    make_output(&s, &o);
+    const int64_t count = s.b * s.hkv * s.nk;
+    const size_t elems = (size_t)(count * s.d);
+    float *v = (float *)in.vd, *v0 = malloc(elems * sizeof(float));
+    memcpy(v0, v, elems * sizeof(float));
+    int32_t *reference = malloc((size_t)count * sizeof(int32_t));
+    const int shifts[] = {0, 70, -90};
+    for (int si = 0; si < 3; si++) {
+        for (size_t i = 0; i < elems; i++) v[i] = ldexpf(v0[i], shifts[si]);
+        vcattn_context *ctxs[2] = {cpu, gpu};
+        for (int bi = 0; bi < 2; bi++) {
+            vcattn_layer *layer;
+            vcattn_layer_create(&layer, 1);
+            vcattn_status st = vcattn_attention(ctxs[bi], &cfg, &in.q, &in.k, &in.v, &o.t, NULL, NULL, layer);
+            CHECK(st == VCATTN_OK && layer->has_grouping, "V times 2^%d, %s: %s", shifts[si], bi ? "gpu" : "cpu",
+                  vcattn_last_error(ctxs[bi]));
+            if (st == VCATTN_OK && layer->has_grouping) {
+                if (si == 0 && bi == 0) memcpy(reference, layer->perm, (size_t)count * sizeof(int32_t));
+                int64_t mismatch = 0;
+                for (int64_t i = 0; i < count; i++) mismatch += layer->perm[i] != reference[i];
+                CHECK(mismatch * 100 <= count, "V times 2^%d, %s: permutation differs from V's in %lld of %lld",
+                      shifts[si], bi ? "gpu" : "cpu", (long long)mismatch, (long long)count);
+            }
+            vcattn_layer_destroy(layer);
+        }
+    }
+    free(v0); free(reference);
+    free(o.raw); free(o.lse);
+    free_inputs(&in);
+}
+
 static vcattn_quantized alloc_quantized(const shape_t *s) {
     int64_t qn = s->b * s->hq * s->nq, kn = s->b * s->hkv * s->nk, t = (s->nk + 127) / 128;
     vcattn_quantized o;
@@ -519,6 +560,7 @@ int main(void) {
         run_quantizers(cpu, gpu, &quant_shapes[i], 1);
     }
     run_schedule(cpu, gpu);
+    run_huge_grouping(cpu, gpu);
     run_bad_input(gpu);
 #ifdef VCATTN_WITH_CUDA
     run_device_resident(gpu);

@@ -62,6 +62,23 @@ static void test_kmeans(void) {
     int all_zero = 1;
     for (int t = 0; t < n; t++) all_zero &= l3[t] == 0;
     CHECK(all_zero && memcmp(c3 + d, x, d * sizeof(float)) == 0, "ties go to the lowest index; empty cluster kept");
+
+    /* The same blobs times 2^70 and 2^-90: the squares of |v| ~ 1e22 once
+     * overflowed float32 and those of 1e-26 underflowed, every token landed
+     * in cluster 0 and grouping silently stopped. A power-of-two scale keeps
+     * the labels, and the centroids come back in V's own scale. */
+    const int shifts[] = {70, -90};
+    for (int s = 0; s < 2; s++) {
+        static float xs[n * d], cs[k * d];
+        static int32_t ls[n];
+        for (int i = 0; i < n * d; i++) xs[i] = ldexpf(x[i], shifts[s]);
+        vsmooth_init_centroids(xs, n, d, k, 7, 0, cs);
+        vsmooth_kmeans(xs, n, d, k, 10, cs, ls);
+        int centroids_scaled = 1;
+        for (int i = 0; i < k * d; i++) centroids_scaled &= cs[i] == ldexpf(c1[i], shifts[s]);
+        CHECK(memcmp(ls, l1, sizeof ls) == 0 && centroids_scaled,
+              "V times 2^%d: the labels and (scaled) centroids of V", shifts[s]);
+    }
 }
 
 static void test_schedule(void) {

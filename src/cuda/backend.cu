@@ -290,7 +290,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         4 * sizeof(int), kvh * D * 4, mean_partials * 8,                         // flag + norms, kmean, partials
         rg ? kvh * Nk * 4 : 0, rg ? kvh * k * D * 4 : 0, rg ? kvh * k * 4 : 0,    // perm, centroids, norms
         rg ? kvh * Nk * 4 : 0, rg ? kvh * chunks * k * D * 8 : 0,                // labels, sums
-        rg ? kvh * chunks * k * 4 : 0, rg ? kvh * k * 4 : 0,                     // counts, init rows
+        rg ? kvh * chunks * k * 4 : 0, rg ? kvh * k * 4 : 0, rg ? kvh * 4 : 0,   // counts, init rows, amax
         qh * QT * VC_Q_ROWS * D, qh * QT * VC_Q_ROWS * 4, qh * Nq * 4,            // q codes, scales, lse shift
         kvh * T * VC_KV_ROWS * D, kvh * T * 16,                                   // k codes, scales
         kvh * T * vc_v_record_bytes((uint32_t)D), mean_images * vc_mean_image_bytes((uint32_t)D),
@@ -316,6 +316,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         kw.sums = cs.take<double>(kvh * chunks * k * D);
         kw.counts = cs.take<int32_t>(kvh * chunks * k);
         init_rows = cs.take<int32_t>(kvh * k);
+        kw.amax = cs.take<float>(kvh);
     }
     op->q_codes = cs.take<int8_t>(qh * QT * VC_Q_ROWS * D);
     op->q_mul = cs.take<float>(qh * QT * VC_Q_ROWS);

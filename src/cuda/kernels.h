@@ -77,6 +77,7 @@ struct kmeans_workspace {
     int32_t *labels;      // [B*H][N]
     double *sums;         // [B*H][chunks][k][D]
     int32_t *counts;      // [B*H][chunks][k]
+    float *amax;          // [B*H]: V's largest |v|, for the power-of-two scale
 };
 size_t kmeans_chunks(int tokens);
 cudaError_t kmeans_gather_rows(const dev_tensor &v, const quant_common &c, int clusters,

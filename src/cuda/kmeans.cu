@@ -3,10 +3,12 @@
 // permutation. Same arithmetic as src/vsmooth/kmeans.c: distances in float32
 // with the same summation order (compiled with -fmad=false), ties to the
 // lowest index, centroid sums in double (in chunk order here, so a centroid
-// may differ from the CPU's in its last bit), empty clusters kept.
-// Deterministic: no atomics anywhere.
+// may differ from the CPU's in its last bit), empty clusters kept; V scaled
+// per head by the power of two of vsmooth_kmeans_scale_exp (1 for ordinary
+// values). Deterministic: the one atomic is a max of non-negative floats.
 #include "kernels.h"
 #include "load.cuh"
+#include "../vsmooth/vsmooth.h"
 
 #include <float.h>
 
@@ -17,6 +19,41 @@ constexpr int kChunk = 2048;        // tokens per partial centroid sum / sort ch
 constexpr int kAssignThreads = 128;
 constexpr int kSumBatch = 16;      // tokens whose loads are in flight together in partial_sums_kernel
 constexpr int kMaxGridY = 65535;   // (batch, head) pairs per launch on grid.y; more run as slices from g0
+
+// The multiplier V gets in the k-means of head g: 2^-k (exact).
+static __device__ __forceinline__ float head_scale(const float *amax, int64_t g) {
+    return ldexpf(1.0f, -vsmooth_kmeans_scale_exp(amax[g]));
+}
+
+constexpr int kAmaxThreads = 256;
+
+// Per (chunk of tokens, head): the largest |v|, max-ed into amax[g] (zeroed
+// before; non-negative floats order as their bits).
+__global__ void __launch_bounds__(kAmaxThreads) head_amax_kernel(dev_tensor v, quant_common c, float *amax,
+                                                                 int64_t g0) {
+    __shared__ float warp_max[kAmaxThreads / 32];
+    const int64_t g = g0 + blockIdx.y;
+    const int d = c.head_dim, b = (int)(g / c.heads), h = (int)(g % c.heads);
+    const int n0 = blockIdx.x * kChunk, n1 = min(c.tokens, n0 + kChunk);
+    const int col = threadIdx.x % d, rows = kAmaxThreads / d;  // d <= 256: whole rows per pass
+    float m = 0.0f;
+    for (int n = n0 + (int)threadIdx.x / d; n < n1; n += rows) m = fmaxf(m, fabsf(load_elem(v, b, h, n, col)));
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kAmaxThreads / 32; w++) m = fmaxf(m, warp_max[w]);
+        atomicMax(reinterpret_cast<int *>(amax + g), __float_as_int(m));
+    }
+}
+
+// centroids [B*H][k*d] times the head's multiplier (inverse: its reciprocal).
+__global__ void scale_centroids_kernel(float *centroids, int kd, const float *amax, int inverse) {
+    const int64_t g = blockIdx.x;
+    const int k = vsmooth_kmeans_scale_exp(amax[g]);
+    const float s = ldexpf(1.0f, inverse ? k : -k);
+    for (int i = threadIdx.x; i < kd; i += blockDim.x) centroids[g * kd + i] = centroids[g * kd + i] * s;
+}
 
 __global__ void gather_rows_kernel(dev_tensor v, quant_common c, int k, const int32_t *rows,
                                    float *centroids, int64_t g0) {
@@ -41,11 +78,12 @@ __global__ void norms_kernel(const float *centroids, int k, int d, float *norms)
 // One thread per token: nearest centroid by |c|^2 - 2 x.c.
 __global__ void __launch_bounds__(kAssignThreads) assign_kernel(dev_tensor v, quant_common c, int k,
                                                                 const float *centroids,
-                                                                const float *norms, int32_t *labels,
-                                                                int64_t g0) {
+                                                                const float *norms, const float *amax,
+                                                                int32_t *labels, int64_t g0) {
     extern __shared__ float4 cent_raw[];  // [k][D] floats, 16-byte aligned
     float *cent = reinterpret_cast<float *>(cent_raw);
     const int64_t g = g0 + blockIdx.y;
+    const float s = head_scale(amax, g);
     const int d = c.head_dim, b = (int)(g / c.heads), h = (int)(g % c.heads);
     for (int i = threadIdx.x; i < k * d; i += blockDim.x) cent[i] = centroids[g * k * d + i];
     __syncthreads();
@@ -59,8 +97,8 @@ __global__ void __launch_bounds__(kAssignThreads) assign_kernel(dev_tensor v, qu
     // each dot still adds its products in channel order. d % 8 == 0.
     const float4 *cent4 = reinterpret_cast<const float4 *>(cent);
     for (int i = 0; i < d; i += 4) {
-        const float x0 = load_elem(v, b, h, n, i), x1 = load_elem(v, b, h, n, i + 1);
-        const float x2 = load_elem(v, b, h, n, i + 2), x3 = load_elem(v, b, h, n, i + 3);
+        const float x0 = load_elem(v, b, h, n, i) * s, x1 = load_elem(v, b, h, n, i + 1) * s;
+        const float x2 = load_elem(v, b, h, n, i + 2) * s, x3 = load_elem(v, b, h, n, i + 3) * s;
 #pragma unroll
         for (int cl = 0; cl < kMaxClusters; cl++) {
             if (cl < k) {
@@ -88,12 +126,13 @@ __global__ void __launch_bounds__(kAssignThreads) assign_kernel(dev_tensor v, qu
 
 // Per chunk of tokens, one thread per channel: cluster sums in token order.
 __global__ void partial_sums_kernel(dev_tensor v, quant_common c, int k, const int32_t *labels,
-                                    double *sums, int32_t *counts, int64_t g0) {
+                                    const float *amax, double *sums, int32_t *counts, int64_t g0) {
     extern __shared__ double acc[];  // [k][D]
     __shared__ int cnt[kMaxClusters];
     const int chunk = blockIdx.x, d = c.head_dim, i = threadIdx.x, chunks = gridDim.x;
     const int64_t g = g0 + blockIdx.y;
     const int b = (int)(g / c.heads), h = (int)(g % c.heads);
+    const float s = head_scale(amax, g);
     for (int cl = 0; cl < k; cl++) acc[cl * d + i] = 0.0;
     if (i < k) cnt[i] = 0;
     __syncthreads();
@@ -108,7 +147,7 @@ __global__ void partial_sums_kernel(dev_tensor v, quant_common c, int k, const i
         for (int u = 0; u < kSumBatch; u++) {
             const int n = min(n0 + u, n1 - 1);
             cl[u] = labels[g * c.tokens + n];
-            x[u] = load_elem(v, b, h, n, i);
+            x[u] = load_elem(v, b, h, n, i) * s;
         }
 #pragma unroll
         for (int u = 0; u < kSumBatch; u++) {
@@ -207,17 +246,25 @@ cudaError_t kmeans_group(const dev_tensor &v, const quant_common &c, int cluster
     const int assign_smem = k * d * (int)sizeof(float), sums_smem = k * d * (int)sizeof(double);
     cudaError_t err = cudaFuncSetAttribute(partial_sums_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sums_smem);
     if (err != cudaSuccess) return err;
+    // Each head's V amax, then the centroids in its scaled space (a multiply
+    // by 1 for ordinary values: the same bits).
+    if ((err = cudaMemsetAsync(w.amax, 0, (size_t)heads * sizeof(float), stream)) != cudaSuccess) return err;
+    for (int g0 = 0; g0 < heads; g0 += kMaxGridY)
+        head_amax_kernel<<<dim3(chunks, (unsigned)min(kMaxGridY, heads - g0)), kAmaxThreads, 0, stream>>>(
+            v, c, w.amax, g0);
+    scale_centroids_kernel<<<heads, 128, 0, stream>>>(centroids, k * d, w.amax, 0);
     for (int it = 0; it < iters; it++) {
         norms_kernel<<<heads, kMaxClusters, 0, stream>>>(centroids, k, d, w.norms);
         for (int g0 = 0; g0 < heads; g0 += kMaxGridY) {
             const unsigned slice = (unsigned)min(kMaxGridY, heads - g0);
             assign_kernel<<<dim3((c.tokens + kAssignThreads - 1) / kAssignThreads, slice), kAssignThreads,
-                            assign_smem, stream>>>(v, c, k, centroids, w.norms, w.labels, g0);
-            partial_sums_kernel<<<dim3(chunks, slice), d, sums_smem, stream>>>(v, c, k, w.labels, w.sums,
-                                                                            w.counts, g0);
+                            assign_smem, stream>>>(v, c, k, centroids, w.norms, w.amax, w.labels, g0);
+            partial_sums_kernel<<<dim3(chunks, slice), d, sums_smem, stream>>>(v, c, k, w.labels, w.amax,
+                                                                            w.sums, w.counts, g0);
         }
         centroids_kernel<<<dim3(heads, k), d, 0, stream>>>(w.sums, w.counts, chunks, k, d, centroids);
     }
+    scale_centroids_kernel<<<heads, 128, 0, stream>>>(centroids, k * d, w.amax, 1);
     sort_offsets_kernel<<<heads, 32, 0, stream>>>(w.counts, chunks, k);
     for (int g0 = 0; g0 < heads; g0 += kMaxGridY)
         scatter_kernel<<<dim3(chunks, (unsigned)min(kMaxGridY, heads - g0)), 32, 0, stream>>>(

@@ -69,13 +69,23 @@ static void assign(const float *x, int64_t n, int64_t d, int k, const float *cen
 
 void vsmooth_kmeans(const float *x, int64_t n, int64_t d, int k, int iters,
                     float *centroids, int32_t *labels) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n * d; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const int e = vsmooth_kmeans_scale_exp(amax);
     float *norms = malloc((size_t)k * sizeof *norms);
     double *sums = malloc((size_t)k * (size_t)d * sizeof *sums);
     int64_t *counts = malloc((size_t)k * sizeof *counts);
-    if (!norms || !sums || !counts) {  /* no memory: one cluster, sequence order */
+    float *scaled = e ? malloc((size_t)(n * d) * sizeof *scaled) : NULL;
+    if (!norms || !sums || !counts || (e && !scaled)) {  /* no memory: one cluster, sequence order */
         memset(labels, 0, (size_t)n * sizeof *labels);
-        free(norms); free(sums); free(counts);
+        free(norms); free(sums); free(counts); free(scaled);
         return;
+    }
+    if (e) {  /* V 2^-e, exact: the GPU multiplies by the same power of two */
+        const float s = ldexpf(1.0f, -e);
+        for (int64_t i = 0; i < n * d; i++) scaled[i] = x[i] * s;
+        for (int64_t i = 0; i < (int64_t)k * d; i++) centroids[i] = centroids[i] * s;
+        x = scaled;
     }
     for (int it = 0; it < iters; it++) {
         for (int c = 0; c < k; c++) {
@@ -97,7 +107,11 @@ void vsmooth_kmeans(const float *x, int64_t n, int64_t d, int k, int iters,
                 centroids[(int64_t)c * d + i] = (float)(sums[(int64_t)c * d + i] / (double)counts[c]);
         }
     }
-    free(norms); free(sums); free(counts);
+    if (e) {
+        const float s = ldexpf(1.0f, e);
+        for (int64_t i = 0; i < (int64_t)k * d; i++) centroids[i] = centroids[i] * s;
+    }
+    free(norms); free(sums); free(counts); free(scaled);
 }
 
 void vsmooth_argsort_labels(const int32_t *labels, int64_t n, int k, int32_t *perm) {

@@ -4,10 +4,25 @@
 #define VCATTN_VSMOOTH_H
 
 #include "vcattn.h"
+#include "../formats/format_common.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* k-means forms the distances |c|^2 - 2 x.c in float32. A head whose V amax
+ * reaches 2^57 is clustered as V 2^-k, the amax then in [2^56, 2^57), so
+ * no distance overflows (D <= 256); one whose nonzero amax lies below 2^-57
+ * as V 2^-k with k < 0, the amax then in [2^-57, 2^-56), so the products do
+ * not underflow. k = 0 in between: the same bits as without. Scaling by a
+ * power of two keeps every comparison; centroids are kept unscaled. */
+VCATTN_HD int vsmooth_kmeans_scale_exp(float amax) {
+    if (!(amax > 0.0f) || !(amax <= 3.402823466e38f)) return 0;
+    const int e = ilogbf(amax);
+    if (e >= 57) return e - 56;
+    if (e < -57) return e + 57;
+    return 0;
+}
 
 /*
  * Lloyd's k-means over n tokens of dimension d (rows of x, float32 [n][d]).
@@ -16,7 +31,9 @@ extern "C" {
  * computed as |c|^2 - 2 x.c in float32, ties to the lowest index); then every
  * non-empty cluster's centroid becomes the mean of its tokens (summed in
  * double, in token order); an empty cluster keeps its centroid. labels[n]
- * comes from the last assignment. Deterministic; single-threaded.
+ * comes from the last assignment. x and the centroids are scaled first as
+ * vsmooth_kmeans_scale_exp says (the centroids scaled back at the end).
+ * Deterministic; single-threaded.
  */
 void vsmooth_kmeans(const float *x, int64_t n, int64_t d, int k, int iters,
                     float *centroids, int32_t *labels);
