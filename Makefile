@@ -5,8 +5,9 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 WORKLOAD ?= small
 
 SAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 
-.PHONY: all build run test sanitize clean
+.PHONY: all build run test sanitize tsan clean
 
 all: build
 
@@ -29,14 +30,19 @@ test: build
 # The C tests and the CLI under AddressSanitizer and UndefinedBehaviorSanitizer
 # (CPU backend; any report fails the test that produced it). fuzz_smoke builds
 # its own sanitized harnesses; the Python tests would need the ASan runtime
-# preloaded into the interpreter, so both run in `make test` instead.
+# preloaded into the interpreter, so both run in `make test` instead, as does
+# `install` (it links an unsanitized program against the library).
 # RelWithDebInfo: at -O0 the fidelity studies alone take over half an hour.
 sanitize:
 	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVCATTN_CUDA=OFF \
 	      -DCMAKE_C_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	      ctest --test-dir $(SAN_BUILD) --output-on-failure -j $(JOBS) -E "fuzz_smoke|py_|wheel"
+	      ctest --test-dir $(SAN_BUILD) --output-on-failure -j $(JOBS) -E "fuzz_smoke|py_|wheel|install"
+
+# The same tests under ThreadSanitizer (clang, LLVM's OpenMP with archer).
+tsan:
+	sh tools/tsan.sh $(TSAN_BUILD) $(JOBS)
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD)
