@@ -222,6 +222,37 @@ static void rope_overflow(vcattn_context *ctx, const char *backend) {
     }
 }
 
+/* V and V 2^s give outputs exactly 2^s apart, bit for bit, for s = +-100:
+ * every step on V (the power-of-two pre-scale near the float limits, the
+ * k-means scale, block means, the sink guard, E4M3 scales) is invariant
+ * under a power of two, so neither huge nor tiny V may lose anything that
+ * ordinary V keeps. CPU backend; with a grouping step (one-step layer) so
+ * k-means runs too. */
+static void v_power_of_two(vcattn_context *ctx) {
+    enum { N = 300 };
+    static float q[H * NQ * D], k[H * N * D], v[H * N * D], vs[H * N * D], out[H * NQ * D], outs[H * NQ * D];
+    for (int i = 0; i < H * NQ * D; i++) q[i] = nrand();
+    for (int i = 0; i < H * N * D; i++) {
+        k[i] = nrand() + 0.5f;
+        v[i] = nrand() + (float)((i / D) % 3);  /* three value levels: clusters and block means */
+    }
+    static const char *const methods[] = {"sage2", "vsmooth", "vc", "fp8-naive", "vsmooth-4bit"};
+    const int shifts[] = {100, -100};
+    for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++)
+        for (int si = 0; si < 2; si++) {
+            for (int i = 0; i < H * N * D; i++) vs[i] = ldexpf(v[i], shifts[si]);
+            vcattn_config cfg;
+            vcattn_config_from_method(methods[m], &cfg);
+            const views a = make_views(q, k, v, out, NQ, N, D), b = make_views(q, k, vs, outs, NQ, N, D);
+            vcattn_status sa = grouped_attention(ctx, &cfg, &a.q, &a.k, &a.v, &a.out, NULL, NULL);
+            vcattn_status sb = grouped_attention(ctx, &cfg, &b.q, &b.k, &b.v, &b.out, NULL, NULL);
+            int same = sa == VCATTN_OK && sb == VCATTN_OK;
+            for (int i = 0; same && i < H * NQ * D; i++) same = outs[i] == ldexpf(out[i], shifts[si]);
+            CHECK(same, "cpu, %s: V times 2^%d does not scale the output exactly (status %d/%d)", methods[m],
+                  shifts[si], sa, sb);
+        }
+}
+
 int main(void) {
     static const char *const methods[] = {"sage2", "vsmooth", "vc", "sage2+hadamard"};
     const vcattn_backend backends[] = {VCATTN_BACKEND_CPU, VCATTN_BACKEND_CUDA};
@@ -235,6 +266,7 @@ int main(void) {
         if (vcattn_create(&ctx, backends[bi]) != VCATTN_OK) return 1;
         hadamard_overflow(ctx, bi ? "cuda" : "cpu");
         rope_overflow(ctx, bi ? "cuda" : "cpu");
+        if (!bi) v_power_of_two(ctx);
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++)
                 run_case(ctx, bi ? "cuda" : "cpu", &cases[c], methods[m], 0.05);

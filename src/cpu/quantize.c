@@ -266,10 +266,17 @@ vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard,
     /* Channels near the float limits are scaled by a power of two first (the
      * GPU's v_scales_kernel decides the same way) and multiplied back last;
      * the sink guard has seen the unscaled block means. */
-    float pre[VCATTN_MAX_HEAD_DIM];
+    /* Formats whose scales span channels (per tile, or NVFP4's tensor scale)
+     * take one power of two for the head, so the channels keep their ratios. */
+    const int across_channels = fmt == VCATTN_V_FP8_BLOCK || fmt == VCATTN_V_NVFP4;
+    float pre[VCATTN_MAX_HEAD_DIM], head_amax = 0.0f;
     int exp2_of[VCATTN_MAX_HEAD_DIM];
     for (int64_t i = 0; i < d; i++) {
-        exp2_of[i] = vcattn_v_prescale_exp(amax_column(v, n, d, i));
+        pre[i] = amax_column(v, n, d, i);  /* the column's amax, for now */
+        head_amax = fmaxf(head_amax, pre[i]);
+    }
+    for (int64_t i = 0; i < d; i++) {
+        exp2_of[i] = vcattn_v_prescale_exp(across_channels ? head_amax : pre[i]);
         pre[i] = vcattn_pow2f(-exp2_of[i]);
     }
     if (demean) block_means(v, n, d, sink_guard, op->mean);
