@@ -11,7 +11,10 @@
  *   - finite inputs of any magnitude (+-3e38 V blocks with mixed signs
  *     among them) accepted with the check on give no NaN;
  *   - an out view whose heads overlap, and config fields past their
- *     bounds, are refused.
+ *     bounds, are refused;
+ *   - V times 2^+-100 (float32 or bfloat16, moderate values) gives the
+ *     output times 2^+-100, bit for bit: no step on V may lose anything at
+ *     the float limits that ordinary V keeps.
  * A broken promise aborts (libFuzzer reports it with the input). Run through
  * tests/fuzz/run_fuzz.sh (ASan + UBSan). */
 #include "vcattn.h"
@@ -111,6 +114,49 @@ static int make_view(view *v, vcattn_dtype dt, int64_t b, int64_t h, int64_t n, 
     if (!v->buf) return 0;
     memset(v->buf, GUARD, v->bytes);
     v->t = (vcattn_tensor){v->buf, dt, b, h, n, d, sb, sh, sn};
+    return 1;
+}
+
+/* 1 if every element is 0 or of magnitude in [2^-20, 2^20]. */
+static int moderate_elem(const uint8_t *e, vcattn_dtype dt) {
+    const float x = fabsf(elem_value(e, dt));
+    return x == 0.0f || (x >= 0x1p-20f && x <= 0x1p20f);
+}
+
+/* dst: a copy of src (same layout) with every element times 2^s (exact). */
+static int scaled_copy(const view *src, int s, view *dst) {
+    *dst = *src;
+    if (!(dst->buf = malloc(src->bytes))) return 0;
+    memcpy(dst->buf, src->buf, src->bytes);
+    dst->t.data = dst->buf;
+    const vcattn_tensor *t = &src->t;
+    const size_t es = elem_size(t->dtype);
+    for (int64_t b = 0; b < t->batch; b++)
+        for (int64_t h = 0; h < t->heads; h++)
+            for (int64_t n = 0; n < t->tokens; n++)
+                for (int64_t c = 0; c < t->head_dim; c++) {
+                    uint8_t *e = dst->buf + es * (size_t)(b * t->stride_batch + h * t->stride_head + n * t->stride_token + c);
+                    const float x = ldexpf(elem_value(e, t->dtype), s);
+                    if (t->dtype == VCATTN_DTYPE_F32) memcpy(e, &x, 4);
+                    else {
+                        const uint16_t u = vcattn_f32_to_bf16(x);
+                        memcpy(e, &u, 2);
+                    }
+                }
+    return 1;
+}
+
+/* 1 if every element of b is the element of a times 2^s. */
+static int scaled_outputs(const view *a, const view *b, int s) {
+    const vcattn_tensor *t = &a->t;
+    const size_t es = elem_size(t->dtype);
+    for (int64_t bb = 0; bb < t->batch; bb++)
+        for (int64_t h = 0; h < t->heads; h++)
+            for (int64_t n = 0; n < t->tokens; n++)
+                for (int64_t c = 0; c < t->head_dim; c++) {
+                    const size_t at = es * (size_t)(bb * t->stride_batch + h * t->stride_head + n * t->stride_token + c);
+                    if (elem_value(b->buf + at, t->dtype) != ldexpf(elem_value(a->buf + at, t->dtype), s)) return 0;
+                }
     return 1;
 }
 
@@ -250,6 +296,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             promise(every_elem(&out, not_nan_elem), "no NaN output for finite inputs accepted");
         if (!nonfinite && !huge && !huge_v)
             promise(every_elem(&out, finite_elem), "finite output for finite moderate inputs");
+        const int shift = take(&in, 2) ? 100 : -100;
+        view vs, outs;
+        if (!layer && !nonfinite && !huge && (dt == VCATTN_DTYPE_F32 || dt == VCATTN_DTYPE_BF16) &&
+            every_elem(&v, moderate_elem) && scaled_copy(&v, shift, &vs)) {
+            if (scaled_copy(&out, 0, &outs)) {
+                vcattn_status s2 = vcattn_attention(ctx, &cfg, &q.t, &k.t, &vs.t, &outs.t, NULL, ropep, NULL);
+                promise(s2 == VCATTN_OK && scaled_outputs(&out, &outs, shift),
+                        "V times 2^+-100 gives the output times 2^+-100");
+                free(outs.buf);
+            }
+            free(vs.buf);
+        }
     }
     free(out_before);
 cleanup:
