@@ -2,7 +2,8 @@
 # Everything the GPU side promises, on a machine with an sm_90 GPU, in one
 # run: the test suite (GPU tests included), test_cuda on its own, the SASS
 # facts of the vc kernel, the four compute-sanitizer tools over test_cuda's
-# small cases (every kernel and variant), and the benchmark. Logs and JSON go
+# small cases (every kernel and variant), memcheck over test_extreme's
+# boundary values, and the benchmark. Logs and JSON go
 # to $1 (default gpu-check/).
 #   bash tools/gpu_check.sh [OUT_DIR] [--quick|--sanitizers]
 #   --quick: no sanitizers, no benchmark; --sanitizers: build, sanitizers only
@@ -41,6 +42,10 @@ if [ "$quick" != "--quick" ]; then
             >"$out/sanitizer_$tool.log" 2>&1 || status=1
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_cuda:" "$out/sanitizer_$tool.log" | tail -2
     done
+    step "compute-sanitizer memcheck over test_extreme (the boundary values on the GPU)"
+    compute-sanitizer --tool memcheck --error-exitcode 3 "./$BUILD/test_extreme" \
+        >"$out/sanitizer_extreme.log" 2>&1 || status=1
+    grep -E "ERROR SUMMARY|test_extreme:" "$out/sanitizer_extreme.log" | tail -2
 fi
 
 if [ -z "$quick" ]; then
