@@ -88,18 +88,33 @@ typedef struct {
 
 static size_t elem_size(vcattn_dtype dt) { return dt == VCATTN_DTYPE_F32 ? 4 : 2; }
 
-/* 1 if test holds for every element of the view (strided, as the call sees it). */
-static int every_elem(const view *v, int (*test)(const uint8_t *, vcattn_dtype)) {
-    const vcattn_tensor *t = &v->t;
+/* Calls fn on the byte offset of every element of t (strided, as the call
+ * sees it) until it returns 0; 1 if it never did. */
+static int each_elem(const vcattn_tensor *t, int (*fn)(size_t at, void *arg), void *arg) {
     const size_t es = elem_size(t->dtype);
     for (int64_t b = 0; b < t->batch; b++)
         for (int64_t h = 0; h < t->heads; h++)
             for (int64_t n = 0; n < t->tokens; n++)
                 for (int64_t c = 0; c < t->head_dim; c++)
-                    if (!test(v->buf + es * (size_t)(b * t->stride_batch + h * t->stride_head + n * t->stride_token + c),
-                              t->dtype))
+                    if (!fn(es * (size_t)(b * t->stride_batch + h * t->stride_head + n * t->stride_token + c), arg))
                         return 0;
     return 1;
+}
+
+typedef struct {
+    const view *v;
+    int (*test)(const uint8_t *, vcattn_dtype);
+} elem_test;
+
+static int test_at(size_t at, void *arg) {
+    const elem_test *e = arg;
+    return e->test(e->v->buf + at, e->v->t.dtype);
+}
+
+/* 1 if test holds for every element of the view. */
+static int every_elem(const view *v, int (*test)(const uint8_t *, vcattn_dtype)) {
+    elem_test e = {v, test};
+    return each_elem(&v->t, test_at, &e);
 }
 
 static int make_view(view *v, vcattn_dtype dt, int64_t b, int64_t h, int64_t n, int64_t d, int nhd,
@@ -123,41 +138,43 @@ static int moderate_elem(const uint8_t *e, vcattn_dtype dt) {
     return x == 0.0f || (x >= 0x1p-20f && x <= 0x1p20f);
 }
 
-/* dst: a copy of src (same layout) with every element times 2^s (exact). */
+/* Two views of one layout (float32 or bfloat16) and a power of two. */
+typedef struct {
+    const view *a, *b;
+    int s;
+} scaled_pair;
+
+static int scale_at(size_t at, void *arg) {  /* b's element = a's times 2^s (exact) */
+    const scaled_pair *p = arg;
+    const float x = ldexpf(elem_value(p->a->buf + at, p->a->t.dtype), p->s);
+    if (p->a->t.dtype == VCATTN_DTYPE_F32) {
+        memcpy(p->b->buf + at, &x, 4);
+    } else {
+        const uint16_t u = vcattn_f32_to_bf16(x);
+        memcpy(p->b->buf + at, &u, 2);
+    }
+    return 1;
+}
+
+static int is_scaled_at(size_t at, void *arg) {
+    const scaled_pair *p = arg;
+    return elem_value(p->b->buf + at, p->b->t.dtype) == ldexpf(elem_value(p->a->buf + at, p->a->t.dtype), p->s);
+}
+
+/* dst: a copy of src (same layout) with every element times 2^s. */
 static int scaled_copy(const view *src, int s, view *dst) {
     *dst = *src;
     if (!(dst->buf = malloc(src->bytes))) return 0;
     memcpy(dst->buf, src->buf, src->bytes);
     dst->t.data = dst->buf;
-    const vcattn_tensor *t = &src->t;
-    const size_t es = elem_size(t->dtype);
-    for (int64_t b = 0; b < t->batch; b++)
-        for (int64_t h = 0; h < t->heads; h++)
-            for (int64_t n = 0; n < t->tokens; n++)
-                for (int64_t c = 0; c < t->head_dim; c++) {
-                    uint8_t *e = dst->buf + es * (size_t)(b * t->stride_batch + h * t->stride_head + n * t->stride_token + c);
-                    const float x = ldexpf(elem_value(e, t->dtype), s);
-                    if (t->dtype == VCATTN_DTYPE_F32) memcpy(e, &x, 4);
-                    else {
-                        const uint16_t u = vcattn_f32_to_bf16(x);
-                        memcpy(e, &u, 2);
-                    }
-                }
-    return 1;
+    scaled_pair p = {src, dst, s};
+    return each_elem(&src->t, scale_at, &p);
 }
 
 /* 1 if every element of b is the element of a times 2^s. */
 static int scaled_outputs(const view *a, const view *b, int s) {
-    const vcattn_tensor *t = &a->t;
-    const size_t es = elem_size(t->dtype);
-    for (int64_t bb = 0; bb < t->batch; bb++)
-        for (int64_t h = 0; h < t->heads; h++)
-            for (int64_t n = 0; n < t->tokens; n++)
-                for (int64_t c = 0; c < t->head_dim; c++) {
-                    const size_t at = es * (size_t)(bb * t->stride_batch + h * t->stride_head + n * t->stride_token + c);
-                    if (elem_value(b->buf + at, t->dtype) != ldexpf(elem_value(a->buf + at, t->dtype), s)) return 0;
-                }
-    return 1;
+    scaled_pair p = {a, b, s};
+    return each_elem(&a->t, is_scaled_at, &p);
 }
 
 /* huge_mixed > 0: every value +-3e38 (bf16 and float32 hold it), the signs
