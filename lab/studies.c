@@ -427,6 +427,7 @@ typedef struct {
     float window;
     int refresh, demean_outside, cold_restarts, vsmooth;
     double cluster_factor;
+    int stateless;  /* no layer: V-Smooth in sequence order on every step (the drop-in call) */
 } schedule_variant;
 
 vcattn_status study_schedule(const char *workload, uint64_t seed, int steps,
@@ -456,14 +457,15 @@ vcattn_status study_schedule(const char *workload, uint64_t seed, int steps,
     int auto_k = vsmooth_cluster_count(&vc, a.tokens);
     int window_steps = (int)ceil(vc.group_window * steps), paper_groupings = (window_steps + vc.group_refresh - 1) / vc.group_refresh;
     const schedule_variant variants[STUDY_SCHEDULE_COUNT] = {
-        {"first quarter (paper)", vc.group_window, vc.group_refresh, 0, 0, 1, 1.0},
-        {"first quarter, demean after", vc.group_window, vc.group_refresh, 1, 0, 1, 1.0},
-        {"same count spread uniformly", 1.0f, (steps + paper_groupings - 1) / paper_groupings, 1, 0, 1, 1.0},
-        {"every step", 1.0f, 1, 1, 0, 1, 1.0},
-        {"cold k-means restarts", vc.group_window, vc.group_refresh, 0, 1, 1, 1.0},
-        {"half the clusters", vc.group_window, vc.group_refresh, 0, 0, 1, 0.5},
-        {"twice the clusters", vc.group_window, vc.group_refresh, 0, 0, 1, 2.0},
-        {"no V-Smooth", vc.group_window, vc.group_refresh, 0, 0, 0, 1.0},
+        {"first quarter (paper)", vc.group_window, vc.group_refresh, 0, 0, 1, 1.0, 0},
+        {"first quarter, demean after", vc.group_window, vc.group_refresh, 1, 0, 1, 1.0, 0},
+        {"same count spread uniformly", 1.0f, (steps + paper_groupings - 1) / paper_groupings, 1, 0, 1, 1.0, 0},
+        {"every step", 1.0f, 1, 1, 0, 1, 1.0, 0},
+        {"cold k-means restarts", vc.group_window, vc.group_refresh, 0, 1, 1, 1.0, 0},
+        {"half the clusters", vc.group_window, vc.group_refresh, 0, 0, 1, 0.5, 0},
+        {"twice the clusters", vc.group_window, vc.group_refresh, 0, 0, 1, 2.0, 0},
+        {"no V-Smooth", vc.group_window, vc.group_refresh, 0, 0, 0, 1.0, 0},
+        {"no layer state (sequence order)", vc.group_window, vc.group_refresh, 0, 0, 1, 1.0, 1},
     };
     vcattn_tensor tq = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, a.batch, a.heads_q, a.tokens, a.head_dim);
     vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, a.batch, a.heads_kv, a.tokens, a.head_dim);
@@ -501,14 +503,15 @@ vcattn_status study_schedule(const char *workload, uint64_t seed, int steps,
             cfg.vsmooth = var->vsmooth;
             cfg.kmeans_clusters = (int)fmax(2.0, floor(auto_k * var->cluster_factor + 0.5));
             vcattn_layer_set_step(layers[r], s);
-            vcattn_grouping plan = vcattn_layer_plan(layers[r], &cfg);
+            vcattn_layer *layer = var->stateless ? NULL : layers[r];
+            vcattn_grouping plan = vcattn_layer_plan(layer, &cfg);
             if (var->cold_restarts && plan == VCATTN_GROUP_WARM) {
                 vcattn_layer_reset(layers[r]);
                 plan = VCATTN_GROUP_COLD;
             }
             out[r].groupings += plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM;
             double t0 = wall_ms();
-            if ((st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, &rope, layers[r]))) goto done;
+            if ((st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, &rope, layer))) goto done;
             out[r].ms += wall_ms() - t0;
             double e2 = 0.0;
             for (int64_t i = 0; i < nq; i++) e2 += (o[i] - ref[i]) * (o[i] - ref[i]);

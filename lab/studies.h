@@ -64,7 +64,7 @@ vcattn_status study_tensor_stats(const vcattn_tensor *k, const vcattn_tensor *v,
 
 /* ---- grouping schedule on a step trajectory (paper table 3) ---- */
 
-enum { STUDY_SCHEDULE_COUNT = 8 };
+enum { STUDY_SCHEDULE_COUNT = 9 };
 
 typedef struct {
     char name[48];
