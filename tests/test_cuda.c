@@ -164,15 +164,12 @@ static vcattn_config method_config(const char *m) {
     return c;
 }
 
-/* One call: with kmeans through a fresh one-step layer (V-Smooth groups from
- * a cold start), else without a layer (V-Smooth in sequence order). */
+/* One call: a grouping step with kmeans, else without a layer (V-Smooth in
+ * sequence order). */
 static vcattn_status call(vcattn_context *ctx, const vcattn_config *cfg, const inputs_t *in, const output_t *o,
                           const vcattn_rope *rope, int kmeans) {
-    vcattn_layer *layer = NULL;
-    if (kmeans && vcattn_layer_create(&layer, 1)) return VCATTN_ERR_OUT_OF_MEMORY;
-    vcattn_status st = vcattn_attention(ctx, cfg, &in->q, &in->k, &in->v, &o->t, o->lse, rope, layer);
-    vcattn_layer_destroy(layer);
-    return st;
+    return kmeans ? grouped_attention(ctx, cfg, &in->q, &in->k, &in->v, &o->t, o->lse, rope)
+                  : vcattn_attention(ctx, cfg, &in->q, &in->k, &in->v, &o->t, o->lse, rope, NULL);
 }
 
 static void run_shape(vcattn_context *cpu, vcattn_context *gpu, const shape_t *s, int kmeans) {

@@ -177,6 +177,25 @@ static void hadamard_overflow(vcattn_context *ctx, const char *backend) {
           st, m.rel_l2);
 }
 
+/* Each of the methods refuses the call t (invalid argument) and leaves its
+ * output (filled with -7) untouched; `what` names the case. */
+static void expect_refused(vcattn_context *ctx, const char *backend, const views *t, const vcattn_rope *rope,
+                           const char *what) {
+    static const char *const methods[] = {"sage2+qsmooth", "vc+qsmooth", "sage2", "sage3-4bit"};
+    const float *out = t->out.data;
+    const int64_t count = t->out.heads * t->out.tokens * t->out.head_dim;
+    for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
+        if (strcmp(backend, "cuda") == 0 && strstr(methods[m], "4bit")) continue;  /* CPU-only method */
+        vcattn_config cfg;
+        vcattn_config_from_method(methods[m], &cfg);
+        vcattn_status st = vcattn_attention(ctx, &cfg, &t->q, &t->k, &t->v, &t->out, NULL, rope, NULL);
+        int untouched = 1;
+        for (int64_t i = 0; i < count; i++) untouched &= out[i] == -7.0f;
+        CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && untouched, "%s, %s, %s: status %d (%s), output untouched %d",
+              backend, methods[m], what, st, vcattn_last_error(ctx), untouched);
+    }
+}
+
 /* Keys at the float maximum that RoPE pushes past it (FLT_MAX (cos + sin) is
  * Inf, and K smoothing's mean of Inf and -Inf is NaN): the row norms of the
  * score bound came out NaN and fmax dropped them, so with Q smoothing such a
@@ -194,32 +213,12 @@ static void rope_overflow(vcattn_context *ctx, const char *backend) {
     for (int i = 0; i < N * D / 2; i++) cs[i] = 0.70710678f;
     vcattn_rope rope = {VCATTN_ROPE_INTERLEAVED, cs, cs, cs, cs};
     const views t = make_views(q, k, v, out, N, N, D);
-    static const char *const methods[] = {"sage2+qsmooth", "vc+qsmooth", "sage2", "sage3-4bit"};
-    for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
-        if (strcmp(backend, "cuda") == 0 && strstr(methods[m], "4bit")) continue;  /* CPU-only method */
-        vcattn_config cfg;
-        vcattn_config_from_method(methods[m], &cfg);
-        vcattn_status st = vcattn_attention(ctx, &cfg, &t.q, &t.k, &t.v, &t.out, NULL, &rope, NULL);
-        int untouched = 1;
-        for (int i = 0; i < H * N * D; i++) untouched &= out[i] == -7.0f;
-        CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && untouched, "%s, %s, keys past the float maximum after RoPE: "
-              "status %d (%s), output untouched %d", backend, methods[m], st, vcattn_last_error(ctx), untouched);
-    }
+    expect_refused(ctx, backend, &t, &rope, "keys past the float maximum after RoPE");
     /* The same with the roles swapped and one key, which K smoothing makes
      * zero: |q| Inf times |k| 0 made the bound NaN, and the call went through
      * (found by the fuzzer: NaN outputs with the 4-bit method). */
     const views one = make_views(k, q, v, out, N, 1, D);
-    for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
-        if (strcmp(backend, "cuda") == 0 && strstr(methods[m], "4bit")) continue;  /* CPU-only method */
-        vcattn_config cfg;
-        vcattn_config_from_method(methods[m], &cfg);
-        vcattn_status st = vcattn_attention(ctx, &cfg, &one.q, &one.k, &one.v, &one.out, NULL, &rope, NULL);
-        int untouched = 1;
-        for (int i = 0; i < H * N * D; i++) untouched &= out[i] == -7.0f;
-        CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && untouched, "%s, %s, queries past the float maximum after RoPE, "
-              "one key: status %d (%s), output untouched %d", backend, methods[m], st, vcattn_last_error(ctx),
-              untouched);
-    }
+    expect_refused(ctx, backend, &one, &rope, "queries past the float maximum after RoPE, one key");
 }
 
 /* V and V 2^s give outputs exactly 2^s apart, bit for bit, for s = +-100:

@@ -321,6 +321,15 @@ static int parse_choice(const char *cmd, const char *opt, const char *val, const
                        join(t, NULL, buf, sizeof buf));
 }
 
+/* An integer option in [lo, hi] into *out, or a usage error naming the range. */
+static int int_option(const char *cmd, const char *opt, const char *val, long lo, long hi, int *out) {
+    long n;
+    if (!parse_long(val, lo, hi, &n))
+        return usage_error(cmd, "%s: '%s' is not an integer in [%ld, %ld]", opt, val, lo, hi);
+    *out = (int)n;
+    return PROCEED;
+}
+
 static int known_workload(const char *name) {
     for (const char *const *w = vcattn_workload_names(); *w; w++)
         if (strcmp(*w, name) == 0) return 1;
@@ -330,7 +339,6 @@ static int known_workload(const char *name) {
 /* Inputs, outputs and where the call runs: PROCEED, the exit status, or UNHANDLED (not one of these options). */
 static int apply_input_option(options *o, int id, const char *a, const char *val, int run) {
     const char *cmd = o->cmd;
-    long n;
     int choice = 0;
     char buf[256];
     int rc = PROCEED;
@@ -369,11 +377,7 @@ static int apply_input_option(options *o, int id, const char *a, const char *val
         o->dtype = (vcattn_dtype)choice;
         o->dtype_set = 1;
         break;
-    case OPT_THREADS:
-        if (!parse_long(val, 0, VCATTN_MAX_THREADS, &n))
-            return usage_error(cmd, "--threads: '%s' is not an integer in [0, %d]", val, VCATTN_MAX_THREADS);
-        o->threads = (int)n;
-        break;
+    case OPT_THREADS: rc = int_option(cmd, a, val, 0, VCATTN_MAX_THREADS, &o->threads); break;
     case OPT_OUT: o->out_path = val; break;
     case OPT_GROUPING: rc = parse_choice(cmd, a, val, GROUPING_NAMES, &o->sequence_order); break;
     case OPT_PROGRESS: o->progress = 1; break;
@@ -385,7 +389,6 @@ static int apply_input_option(options *o, int id, const char *a, const char *val
 /* The method and its switches: PROCEED, the exit status, or UNHANDLED (not one of these options). */
 static int apply_method_option(options *o, int id, const char *a, const char *val) {
     const char *cmd = o->cmd;
-    long n;
     char buf[256];
     int rc = PROCEED;
     switch (id) {
@@ -406,17 +409,8 @@ static int apply_method_option(options *o, int id, const char *a, const char *va
     case OPT_NO_VSMOOTH: o->vsmooth = 0; break;
     case OPT_QK: rc = parse_choice(cmd, a, val, QK_NAMES, &o->qk); break;
     case OPT_P: rc = parse_choice(cmd, a, val, P_NAMES, &o->p); break;
-    case OPT_CLUSTERS:
-        if (!parse_long(val, 1, VCATTN_MAX_KMEANS_CLUSTERS, &n))
-            return usage_error(cmd, "--clusters: '%s' is not an integer in [1, %d]", val,
-                               VCATTN_MAX_KMEANS_CLUSTERS);
-        o->clusters = (int)n;
-        break;
-    case OPT_ITERS:
-        if (!parse_long(val, 1, VCATTN_MAX_KMEANS_ITERS, &n))
-            return usage_error(cmd, "--iters: '%s' is not an integer in [1, %d]", val, VCATTN_MAX_KMEANS_ITERS);
-        o->iters = (int)n;
-        break;
+    case OPT_CLUSTERS: rc = int_option(cmd, a, val, 1, VCATTN_MAX_KMEANS_CLUSTERS, &o->clusters); break;
+    case OPT_ITERS: rc = int_option(cmd, a, val, 1, VCATTN_MAX_KMEANS_ITERS, &o->iters); break;
     case OPT_SINK_GUARD:
         if (!parse_float(val, 0.0, 1.0, 0, &o->sink_guard))
             return usage_error(cmd, "--sink-guard: '%s' is not a number in [0, 1]", val);
@@ -438,7 +432,6 @@ static int apply_method_option(options *o, int id, const char *a, const char *va
 /* eval's own options: PROCEED, the exit status, or UNHANDLED (not one of these options). */
 static int apply_eval_option(options *o, int id, const char *a, const char *val, int run) {
     const char *cmd = o->cmd;
-    long n;
     int rc = PROCEED;
     switch (id) {
     case OPT_SIZE:
@@ -450,9 +443,7 @@ static int apply_eval_option(options *o, int id, const char *a, const char *val,
         break;
     case OPT_DRAWS:
         if (run) return usage_error(cmd, "--draws belongs to eval");
-        if (!parse_long(val, 1, MAX_DRAWS, &n))
-            return usage_error(cmd, "--draws: '%s' is not an integer in [1, %d]", val, MAX_DRAWS);
-        o->draws = (int)n;
+        rc = int_option(cmd, a, val, 1, MAX_DRAWS, &o->draws);
         break;
     case OPT_STUDY:
         if (run) return usage_error(cmd, "--study belongs to eval");
@@ -713,7 +704,6 @@ static vcattn_status validate_inputs(const inputs *in, char *err) {
 
 /* -------------------------------------------------------------- printing */
 
-static double now_ms(void) { return cli_now_ms(); }
 
 /* JSON has no inf or nan: those become null. */
 static void json_num(double x) {
@@ -841,9 +831,9 @@ static int cmd_run(const options *o) {
     fprintf(stderr, "[1/2] %s on %s ...\n", o->method, backend);
     cli_progress progress;
     cli_progress_begin(&progress, ctx, o->method, o->progress);
-    double t0 = now_ms();
+    double t0 = cli_now_ms();
     st = attend(ctx, &cfg, o->sequence_order, &in, &ot, lse);
-    double ms = now_ms() - t0;
+    double ms = cli_now_ms() - t0;
     cli_progress_end(&progress, ctx);
     if (st) {
         rc = lib_error(st, vcattn_last_error(ctx));
@@ -1145,9 +1135,9 @@ static int eval_method(const options *o, vcattn_context *ctx, vcattn_context *cp
     cli_progress progress, cpu_progress;
     cli_progress_begin(&progress, ctx, method, o->progress);
     if (cpu_ctx) cli_progress_begin(&cpu_progress, cpu_ctx, method, o->progress);
-    double t0 = now_ms();
+    double t0 = cli_now_ms();
     vcattn_status st = attention_or_cpu(ctx, cpu_ctx, &cfg, o->sequence_order, in, &tq, &used);
-    r->ms += (now_ms() - t0) / draws;
+    r->ms += (cli_now_ms() - t0) / draws;
     r->backend = vcattn_context_backend(used);
     /* O_pv: quantized P, exact V. V-Smooth stays as the method has it: its
      * permutation reorders the key tiles, and with them the running maxima

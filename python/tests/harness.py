@@ -37,6 +37,16 @@ def require_cuda(name, free_gb=0):
     return torch
 
 
+def test_device(name):
+    """The device VCATTN_TEST_DEVICE names ("cpu" by default); "cuda" without a
+    GPU torch can use exits 77 saying why."""
+    import os
+    device = os.environ.get("VCATTN_TEST_DEVICE", "cpu")
+    if device == "cuda":
+        require_cuda(name)
+    return device
+
+
 def skip(name, why):
     print("%s: SKIPPED, %s" % (name, why))
     sys.exit(77)

@@ -14,7 +14,7 @@ import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, finish, raises, skip  # noqa: E402
+from harness import check, finish, raises, skip, test_device  # noqa: E402
 
 try:
     import torch
@@ -26,9 +26,7 @@ except ImportError as e:
 import vcattn._torch_op as op  # noqa: E402
 import vcattn.diffusers as vd  # noqa: E402
 
-device = os.environ.get("VCATTN_TEST_DEVICE", "cpu")
-if device == "cuda" and not torch.cuda.is_available():
-    skip("test_diffusers", "no CUDA device")
+device = test_device("test_diffusers")
 name = "test_diffusers (%s)" % device
 
 calls = []

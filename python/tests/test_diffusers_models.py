@@ -10,7 +10,7 @@ import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, finish, skip  # noqa: E402
+from harness import check, finish, skip, test_device  # noqa: E402
 
 try:
     import torch
@@ -21,9 +21,7 @@ except ImportError as e:
 import vcattn._torch_op as op  # noqa: E402
 import vcattn.diffusers as vd  # noqa: E402
 
-device = os.environ.get("VCATTN_TEST_DEVICE", "cpu")
-if device == "cuda" and not torch.cuda.is_available():
-    skip("test_diffusers_models", "VCATTN_TEST_DEVICE=cuda but torch sees no GPU")
+device = test_device("test_diffusers_models")
 warnings.simplefilter("ignore")  # the fallbacks' one-time warnings are checked in test_diffusers
 calls = []
 _original_op = op.attention
