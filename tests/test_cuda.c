@@ -28,6 +28,7 @@
 #endif
 
 #define GUARD 64
+enum { V_SINKS = 1, V_FLAT = 2 };
 #define GUARD_WORD 0x5aa5f00du
 
 typedef struct {
@@ -38,7 +39,9 @@ typedef struct {
     vcattn_dtype dtype; /* inputs and output */
     int rope;
     const char *method;
-    int sinks;          /* every 300th value token near zero: V-Smooth's sink guard */
+    int v_case;         /* 0: clusters; V_SINKS: every 300th value token near zero
+                         * (the sink guard); V_FLAT: odd heads plain noise, whose
+                         * block means carry under 2% of the energy (kept) */
 } shape_t;
 
 /* Fills a view's elements: per-head V clusters (so grouping matters), K offsets. */
@@ -62,7 +65,8 @@ static void *make_tensor(const shape_t *s, int64_t heads, int64_t n, int kind, v
                     float x = nrand();
                     if (kind == 1) x += 0.5f + (c % 7 == 0 ? 3.0f : 0.0f);     /* K offsets */
                     if (kind == 2) x = 0.6f * x + 1.5f * (float)((cluster * 7 + c) % 5 - 2); /* V */
-                    if (kind == 2 && s->sinks && i % 300 == 5) x *= 1e-3f;
+                    if (kind == 2 && s->v_case == V_SINKS && i % 300 == 5) x *= 1e-3f;
+                    if (kind == 2 && s->v_case == V_FLAT && h % 2) x = nrand();
                     int64_t at = b * t->stride_batch + h * t->stride_head + i * t->stride_token + c;
                     if (s->dtype == VCATTN_DTYPE_F32) ((float *)data)[at] = x;
                     else if (s->dtype == VCATTN_DTYPE_F16) ((uint16_t *)data)[at] = vcattn_f32_to_f16(x);
@@ -392,14 +396,14 @@ static void run_quantizers(vcattn_context *cpu, vcattn_context *gpu, const shape
               max_rel(g.v_mean, c.v_mean, heads * t * s->d) == 0.0,
               "%s: V codes, scales or means differ (%lld codes)", s->name, (long long)dv);
         CHECK(r_kmean < 1e-5, "%s: K channel means differ by %.2e", s->name, r_kmean);
-        if (s->sinks && vsmooth) {  /* the case must exercise both sides of the guard */
+        if (s->v_case && vsmooth) {  /* the case must exercise both sides of the rule */
             int64_t guarded = 0;
             for (int64_t b = 0; b < heads * t; b++) {
                 int zero = 1;
                 for (int64_t i = 0; i < s->d; i++) zero &= c.v_mean[b * s->d + i] == 0.0f;
                 guarded += zero;
             }
-            CHECK(guarded > 0 && guarded < heads * t, "%s: %lld of %lld blocks guarded", s->name,
+            CHECK(guarded > 0 && guarded < heads * t, "%s: %lld of %lld blocks keep no mean", s->name,
                   (long long)guarded, (long long)(heads * t));
         }
         CHECK(wk <= 1 && dk * 1000 <= kn * s->d, "%s: %lld K codes differ, by up to %d", s->name,
@@ -525,7 +529,8 @@ int main(void) {
         {"D=64 B=2 NHD", 2, 4, 4, 1000, 1000, 64, 1, 0, VCATTN_DTYPE_BF16, 1, NULL, 0},
         {"D=64 N=17", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, NULL, 0},
         {"B=2 H=33000: grid.y > 65535", 2, 33000, 33000, 8, 8, 64, 0, 0, VCATTN_DTYPE_BF16, 0, NULL, 0},
-        {"sink tokens", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL, 1},
+        {"sink tokens", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL, V_SINKS},
+        {"flat heads", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL, V_FLAT},
     };
     static const char *const methods[] = {"sage2", "vsmooth", "vc"};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
@@ -549,7 +554,8 @@ int main(void) {
         {"N=1000 rope", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc", 0},
         {"N=333 NHD D64 hadamard", 2, 2, 2, 333, 4097, 64, 1, 0, VCATTN_DTYPE_F16, 1, "vc+hadamard", 0},
         {"N=129 fp32 strided", 1, 2, 1, 129, 129, 128, 0, 8, VCATTN_DTYPE_F32, 0, "sage2", 0},
-        {"N=1000 sink tokens", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc", 1},
+        {"N=1000 sink tokens", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc", V_SINKS},
+        {"N=1000 flat heads", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc", V_FLAT},
     };
     for (size_t i = 0; i < sizeof quant_shapes / sizeof quant_shapes[0]; i++) {
         if (!wanted(&quant_shapes[i])) continue;

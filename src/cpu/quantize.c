@@ -121,22 +121,32 @@ vcattn_status quantize_scores(vcattn_qk_format fmt, int is_key, const float *x, 
 #define MEAN_HEADROOM_FP8 128.0f    /* 448 * 128 = 57344 < 65504 */
 #define MEAN_HEADROOM_FP4 20.0f     /* 2688 * 20 = 53760 < 65504 */
 
-/* V-Smooth's sink guard: does the block hold a token far smaller than its
- * mean? Demeaning would turn it into -mean + small, whose FP8 error scales
- * with the mean instead of its own norm (docs/fidelity.md). */
-static int block_has_sink(const float *v, int64_t t0, int64_t t1, int64_t d, const float *mean,
-                          float sink_guard) {
-    double mean2 = 0.0;
+/* The squared norm of a row in double, four chains over i mod 4: the GPU's
+ * order (d % 8 == 0). */
+static double row_energy(const float *x, int64_t d) {
+    double e[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int64_t i = 0; i < d; i += 4)
+        for (int c = 0; c < 4; c++) e[c] += (double)x[i + c] * (double)x[i + c];
+    return (e[0] + e[1]) + (e[2] + e[3]);
+}
+
+/* Is the block's mean worth subtracting? Not when the block holds a token
+ * far smaller than the mean (the sink guard: demeaning would turn it into
+ * -mean + small, whose FP8 error scales with the mean instead of its own
+ * norm, docs/fidelity.md), nor when the mean carries too little of the
+ * block's energy (vcattn_mean_worth_removing). Double sums in row order. */
+static int block_keeps_mean(const float *v, int64_t t0, int64_t t1, int64_t d, const float *mean,
+                            float sink_guard) {
+    double mean2 = 0.0, energy = 0.0;
     for (int64_t i = 0; i < d; i++) mean2 += (double)mean[i] * (double)mean[i];
     const double bound = (double)sink_guard * (double)sink_guard * mean2;
+    int sink = 0;
     for (int64_t r = t0; r < t1; r++) {
-        const float *x = v + r * d;
-        double e[4] = {0.0, 0.0, 0.0, 0.0};  /* four chains over i mod 4: the GPU's order (d % 8 == 0) */
-        for (int64_t i = 0; i < d; i += 4)
-            for (int c = 0; c < 4; c++) e[c] += (double)x[i + c] * (double)x[i + c];
-        if ((e[0] + e[1]) + (e[2] + e[3]) < bound) return 1;
+        const double e = row_energy(v + r * d, d);
+        sink |= sink_guard > 0.0f && e < bound;
+        energy += e;
     }
-    return 0;
+    return !sink && vcattn_mean_worth_removing((double)(t1 - t0), mean2, energy);
 }
 
 static void block_means(const float *v, int64_t n, int64_t d, float sink_guard, float *mean) {
@@ -147,7 +157,7 @@ static void block_means(const float *v, int64_t n, int64_t d, float sink_guard, 
             for (int64_t r = t0; r < t1; r++) s += v[r * d + i];
             mean[j * d + i] = (float)(s / (double)(t1 - t0));
         }
-        if (sink_guard > 0.0f && block_has_sink(v, t0, t1, d, mean + j * d, sink_guard))
+        if (!block_keeps_mean(v, t0, t1, d, mean + j * d, sink_guard))
             memset(mean + j * d, 0, (size_t)d * sizeof *mean);
     }
 }

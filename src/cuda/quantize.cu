@@ -398,13 +398,15 @@ struct v_args {
 
 // The tile's block mean (double, row order, as the CPU) and the range of
 // each channel, from one read of the rows (v_scales_kernel turns them into
-// the residual's amax). The sink guard zeroes the mean of a tile holding a
-// token of squared norm below sink_guard^2 |mean|^2, with the CPU's double
-// sums in the CPU's order.
+// the residual's amax). The mean is zeroed where it is not worth removing
+// (the CPU's block_keeps_mean): the sink guard, a token of squared norm
+// below sink_guard^2 |mean|^2, or a mean with under VCATTN_MIN_MEAN_SHARE
+// of the block's energy; the CPU's double sums in the CPU's order.
 __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     extern __shared__ float rows[];  // [128][D + 4]
     __shared__ float mean_s[kMaxHeadDim], hi_s[kMaxHeadDim], lo_s[kMaxHeadDim];
-    __shared__ double bound;
+    __shared__ double energy_s[VC_KV_ROWS], mean2_s;
+    __shared__ int keep_s;
     const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim, ld = d + 4;
     const int64_t head = (int64_t)b * a.c.heads + h;
     const int n0 = tile * VC_KV_ROWS, count = min(VC_KV_ROWS, a.c.tokens - n0);
@@ -424,25 +426,32 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
         lo_s[ch] = lo;
     }
     __syncthreads();
-    const bool guard = a.demean && a.sink_guard > 0.0f;
-    if (guard && threadIdx.x == 0) {
+    if (a.demean && threadIdx.x == 0) {
         double mean2 = 0.0;
         for (int i = 0; i < d; i++) mean2 += (double)mean_s[i] * (double)mean_s[i];
-        bound = (double)a.sink_guard * (double)a.sink_guard * mean2;
+        mean2_s = mean2;
     }
     __syncthreads();
     int sink = 0;
-    if (guard && threadIdx.x < count) {  // four chains over i mod 4, as the CPU
+    if (a.demean && threadIdx.x < count) {  // four chains over i mod 4, as the CPU
         const float *x = rows + threadIdx.x * ld;
         double e[4] = {0.0, 0.0, 0.0, 0.0};
         for (int i = 0; i < d; i += 4)
 #pragma unroll
             for (int c = 0; c < 4; c++) e[c] += (double)x[i + c] * (double)x[i + c];
-        sink = (e[0] + e[1]) + (e[2] + e[3]) < bound;
+        const double energy = (e[0] + e[1]) + (e[2] + e[3]);
+        energy_s[threadIdx.x] = energy;
+        sink = a.sink_guard > 0.0f && energy < (double)a.sink_guard * (double)a.sink_guard * mean2_s;
     }
     sink = __syncthreads_or(sink);
+    if (a.demean && threadIdx.x == 0) {
+        double energy = 0.0;
+        for (int r = 0; r < count; r++) energy += energy_s[r];
+        keep_s = !sink && vcattn_mean_worth_removing((double)count, mean2_s, energy);
+    }
+    __syncthreads();
     for (int ch = threadIdx.x; ch < d; ch += kRowThreads) {
-        const float mean = sink ? 0.0f : mean_s[ch];
+        const float mean = a.demean && keep_s ? mean_s[ch] : 0.0f;
         const int64_t at = (head * gridDim.x + tile) * d + ch;
         a.tile_mean[at] = mean;
         a.tile_hi[at] = hi_s[ch];
