@@ -28,8 +28,9 @@
 #endif
 
 #define GUARD 64
-enum { V_SINKS = 1, V_FLAT = 2 };
 #define GUARD_WORD 0x5aa5f00du
+
+enum { V_SINKS = 1, V_FLAT = 2 };  /* shape_t.v_case */
 
 typedef struct {
     const char *name;
@@ -41,7 +42,8 @@ typedef struct {
     const char *method;
     int v_case;         /* 0: clusters; V_SINKS: every 300th value token near zero
                          * (the sink guard); V_FLAT: odd heads plain noise, whose
-                         * block means carry under 2% of the energy (kept) */
+                         * block means carry under 2% of the energy (left
+                         * undemeaned) */
 } shape_t;
 
 /* Fills a view's elements: per-head V clusters (so grouping matters), K offsets. */
