@@ -77,7 +77,7 @@ static void v_3e38_mixed(float *q, float *k, float *v, int64_t nq, int64_t nk, i
 /* Random +-1: values E4M3 holds exactly, whose block mean carries ~1/128 of
  * the energy. Demeaning them once moved every value off the grid, with one
  * shared rounding error per value and channel: vc's error was 0.11 against
- * sage2's 0.026. Such blocks are now left undemeaned (VCATTN_MIN_MEAN_SHARE). */
+ * sage2's 0.026. Such blocks are now left undemeaned (VSMOOTH_MIN_MEAN_SHARE). */
 static void v_plus_minus_one(float *q, float *k, float *v, int64_t nq, int64_t nk, int64_t d) {
     for (int64_t i = 0; i < H * nk * d; i++) v[i] = v[i] < 0.0f ? -1.0f : 1.0f;
 }

@@ -2,6 +2,7 @@
  * of every scale is documented in docs/formats.md and is the GPU kernels'. */
 #include "operands.h"
 #include "../formats/formats.h"
+#include "../vsmooth/vsmooth.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -134,7 +135,7 @@ static double row_energy(const float *x, int64_t d) {
  * far smaller than the mean (the sink guard: demeaning would turn it into
  * -mean + small, whose FP8 error scales with the mean instead of its own
  * norm, docs/fidelity.md), nor when the mean carries too little of the
- * block's energy (vcattn_mean_worth_removing). Double sums in row order. */
+ * block's energy (vsmooth_mean_worth_removing). Double sums in row order. */
 static int block_keeps_mean(const float *v, int64_t t0, int64_t t1, int64_t d, const float *mean,
                             float sink_guard) {
     double mean2 = 0.0, energy = 0.0;
@@ -146,7 +147,7 @@ static int block_keeps_mean(const float *v, int64_t t0, int64_t t1, int64_t d, c
         sink |= sink_guard > 0.0f && e < bound;
         energy += e;
     }
-    return !sink && vcattn_mean_worth_removing((double)(t1 - t0), mean2, energy);
+    return !sink && vsmooth_mean_worth_removing((double)(t1 - t0), mean2, energy);
 }
 
 static void block_means(const float *v, int64_t n, int64_t d, float sink_guard, float *mean) {

@@ -8,6 +8,7 @@
 #include "operand_layout.h"
 #include "sm90/ptx.cuh"
 #include "../formats/formats.h"
+#include "../vsmooth/vsmooth.h"
 
 #include <cuda_fp16.h>
 #include <float.h>
@@ -400,7 +401,7 @@ struct v_args {
 // each channel, from one read of the rows (v_scales_kernel turns them into
 // the residual's amax). The mean is zeroed where it is not worth removing
 // (the CPU's block_keeps_mean): the sink guard, a token of squared norm
-// below sink_guard^2 |mean|^2, or a mean with under VCATTN_MIN_MEAN_SHARE
+// below sink_guard^2 |mean|^2, or a mean with under VSMOOTH_MIN_MEAN_SHARE
 // of the block's energy; the CPU's double sums in the CPU's order.
 __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     extern __shared__ float rows[];  // [128][D + 4]
@@ -447,7 +448,7 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     if (a.demean && threadIdx.x == 0) {
         double energy = 0.0;
         for (int r = 0; r < count; r++) energy += energy_s[r];
-        keep_s = !sink && vcattn_mean_worth_removing((double)count, mean2_s, energy);
+        keep_s = !sink && vsmooth_mean_worth_removing((double)count, mean2_s, energy);
     }
     __syncthreads();
     for (int ch = threadIdx.x; ch < d; ch += kRowThreads) {

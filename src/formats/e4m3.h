@@ -69,17 +69,6 @@ VCATTN_HD int vcattn_v_prescale_exp(float amax) {
     return 0;
 }
 
-/* V-Smooth leaves a block undemeaned when its mean carries less than this
- * share of the block's energy (count |mean|^2 < share sum |v|^2, in double):
- * such a mean removes almost nothing, and it would move values that E4M3
- * holds exactly (e.g. +-1) off the grid, with one shared rounding error per
- * value and channel (docs/formats.md). */
-#define VCATTN_MIN_MEAN_SHARE 0.02
-
-VCATTN_HD int vcattn_mean_worth_removing(double count, double mean2, double energy) {
-    return !(count * mean2 < VCATTN_MIN_MEAN_SHARE * energy);
-}
-
 /* 2^k as a float for k in [-126, 127]. */
 VCATTN_HD float vcattn_pow2f(int k) {
     return vcattn_f32_from_bits((uint32_t)(127 + k) << 23);

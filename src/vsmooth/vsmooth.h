@@ -24,6 +24,17 @@ VCATTN_HD int vsmooth_kmeans_scale_exp(float amax) {
     return 0;
 }
 
+/* V-Smooth leaves a block undemeaned when its mean carries less than this
+ * share of the block's energy (count |mean|^2 < share sum |v|^2, in double):
+ * such a mean removes almost nothing, and it would move values that E4M3
+ * holds exactly (e.g. +-1) off the grid, with one shared rounding error per
+ * value and channel (docs/formats.md). */
+#define VSMOOTH_MIN_MEAN_SHARE 0.02
+
+VCATTN_HD int vsmooth_mean_worth_removing(double count, double mean2, double energy) {
+    return !(count * mean2 < VSMOOTH_MIN_MEAN_SHARE * energy);
+}
+
 /*
  * Lloyd's k-means over n tokens of dimension d (rows of x, float32 [n][d]).
  * centroids [k][d] holds the initial centroids on entry and the final ones on
