@@ -2,13 +2,13 @@
 file): V quantization error and block-mean energy share per token order, and
 the ExpCast row statistics against the bound.
 
-    build/vcattn eval --study studies --workload small --json > s.json
-    python tools/plot_studies.py s.json -o docs/figures/studies-small.png
-    build/vcattn eval --study all --json > all.json          # every -small preset
-    python tools/plot_studies.py all.json -o docs/figures/studies.png
+    build/vcattn eval --study studies --workload small --json | python tools/plot_studies.py -o docs/figures/studies-small.png
+    build/vcattn eval --study all --json > docs/figures/studies.json   # every -small preset
+    python tools/plot_studies.py docs/figures/studies.json   # docs/figures/studies-<preset>.png
 """
 import argparse
 import json
+import os
 import sys
 
 import matplotlib
@@ -54,9 +54,12 @@ def plot(data, out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("json", nargs="?", default="-")
-    ap.add_argument("-o", "--out", default="studies.png",
-                    help="PNG; with --study all output, one file per preset (NAME inserted before .png)")
+    ap.add_argument("-o", "--out", default=None,
+                    help="PNG (default: the JSON file's name with .png, or studies.png from stdin); with "
+                         "--study all output, one file per preset (NAME inserted before .png)")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = "studies.png" if args.json == "-" else os.path.splitext(args.json)[0] + ".png"
     data = json.load(sys.stdin if args.json == "-" else open(args.json))
     if "presets" in data:
         for p in data["presets"]:

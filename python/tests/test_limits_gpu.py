@@ -60,7 +60,7 @@ def long_sequence(n=256 * 1024, h=2, d=128):
     g = torch.Generator(device="cuda").manual_seed(2)
     q, k, v = (torch.randn(1, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
     k += 0.5
-    layer = vcattn.Session(num_inference_steps=40).layer("long")  # step 0: a grouping step
+    layer = vcattn.Schedule(num_inference_steps=40).layer("long")  # step 0: a grouping step
     out, lse = vcattn.attention(q, k, v, method="vc", return_lse=True, state=layer)
     rows = torch.linspace(0, n - 1, 256, device="cuda").long()
     err, lse_err = sampled_error(q, k, v, out, lse, rows, "HND")

@@ -116,8 +116,8 @@ bad = v.copy()
 bad[0, 1, 7, 3] = np.nan
 raises(ValueError, lambda: vcattn.attention(q, k, bad), "NaN", "NaN input")
 
-# ---- session and the grouping schedule ------------------------------------------
-s = vcattn.Session(num_inference_steps=8)
+# ---- the schedule and its layers -------- ------------------------------------------
+s = vcattn.Schedule(num_inference_steps=8)
 layer = s.layer("block0")
 check(s.layer("block0") is layer and len(s) == 1, "layers are per key")
 check(layer.plan() == "cold", "step 0 plans a cold grouping, got %s" % layer.plan())
@@ -129,14 +129,14 @@ for step in range(1, 8):
     vcattn.attention(q, k, v, state=layer)
 # window = ceil(0.25 * 8) = 2 steps: step 1 reuses; afterwards plain (paper default)
 check(plans == ["reuse"] + ["none"] * 6, "schedule over 8 steps: %s" % plans)
-check(s.layer("block1").step == 7, "a new layer joins at the session's step")
+check(s.layer("block1").step == 7, "a new layer joins at the schedule's step")
 raises(ValueError, lambda: setattr(s, "step", 8), "outside", "step past the end")
 raises(ValueError, s.next_step, "outside", "next_step past the end")
-raises(ValueError, lambda: vcattn.Session(0), "num_inference_steps", "zero steps")
+raises(ValueError, lambda: vcattn.Schedule(0), "num_inference_steps", "zero steps")
 
 # ---- the drop-in call: V-Smooth in the tokens' order, no k-means -----------------
 drop = vcattn.attention(q, k, v)
-grouped = vcattn.attention(q, k, v, state=vcattn.Session(num_inference_steps=1).layer("once"))
+grouped = vcattn.attention(q, k, v, state=vcattn.Schedule(num_inference_steps=1).layer("once"))
 plain = vcattn.attention(q, k, v, vsmooth=0)
 check(np.array_equal(drop, vcattn.attention(q, k, v)), "the drop-in call is deterministic")
 check(not np.array_equal(drop, grouped) and not np.array_equal(drop, plain),
@@ -174,7 +174,7 @@ if torch is not None:
 
     # per-layer states under torch.compile: one graph serves every layer (the
     # state's id is a tensor input, not a constant), each layer's own state is
-    # used, and Session.layer may be first called inside a fullgraph region
+    # used, and Schedule.layer may be first called inside a fullgraph region
     from torch._dynamo.utils import counters
 
     class Block(torch.nn.Module):
@@ -186,9 +186,9 @@ if torch is not None:
             return vcattn.attention(a, b, c, state=self.state) * 2.0
     torch._dynamo.reset()
     counters.clear()
-    sess = vcattn.Session(num_inference_steps=4)
+    sess = vcattn.Schedule(num_inference_steps=4)
     blocks = [torch.compile(Block(sess.layer(i)), fullgraph=True, backend="aot_eager") for i in range(4)]
-    eager = vcattn.attention(tq, tk, tv, state=vcattn.Session(num_inference_steps=4).layer(0)) * 2.0
+    eager = vcattn.attention(tq, tk, tv, state=vcattn.Schedule(num_inference_steps=4).layer(0)) * 2.0
     firsts = [blk(tq, tk, tv) for blk in blocks]
     check(all(torch.equal(x, eager) for x in firsts), "compiled per-layer calls differ from the eager call")
     for blk in blocks:
@@ -197,11 +197,11 @@ if torch is not None:
           % counters["stats"]["unique_graphs"])
     check([sess.layer(i).plan() for i in range(4)] == ["warm"] * 4,
           "each layer's state grouped: %s" % [sess.layer(i).plan() for i in range(4)])
-    inner = vcattn.Session(num_inference_steps=4)
+    inner = vcattn.Schedule(num_inference_steps=4)
     g = torch.compile(lambda a, b, c: vcattn.attention(a, b, c, state=inner.layer("x")) + 1.0, fullgraph=True,
                       backend="aot_eager")
     check(torch.equal(g(tq, tk, tv), eager / 2.0 + 1.0) and len(inner) == 1 and inner.layer("x").plan() == "warm",
-          "Session.layer first called inside torch.compile(fullgraph=True)")
+          "Schedule.layer first called inside torch.compile(fullgraph=True)")
 
     # ring attention on one device: keys in 3 chunks, merged through the LSE
     from vcattn import parallel

@@ -2,7 +2,7 @@
 CUDA tensors give the C API's bits, run on the current stream and device,
 give the sequential bits from two threads on two streams, survive
 torch.compile(fullgraph=True), pad small head dims, reject CPU/CUDA mixes,
-and keep the session's grouping on the GPU."""
+and keep the schedule's grouping on the GPU."""
 import os
 import sys
 import threading
@@ -46,11 +46,11 @@ def schedule(method, offset, results, key):
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.default_stream())
     with torch.cuda.stream(stream):
-        session = vcattn.Session(num_inference_steps=40)
-        layer = session.layer("attn")
+        schedule = vcattn.Schedule(num_inference_steps=40)
+        layer = schedule.layer("attn")
         outs = []
         for step in range(3):
-            session.step = step
+            schedule.step = step
             outs.append(vcattn.attention(q, k + offset, v - offset, method=method, state=layer))
     stream.synchronize()
     results[key] = outs
@@ -81,10 +81,10 @@ try:
 except ValueError as e:
     check("different devices" in str(e), str(e))
 
-session = vcattn.Session(num_inference_steps=40)
-layer = session.layer("attn")
+schedule = vcattn.Schedule(num_inference_steps=40)
+layer = schedule.layer("attn")
 o0 = vcattn.attention(q, k, v, state=layer)
-session.step = 1
+schedule.step = 1
 o1 = vcattn.attention(q, k, v, state=layer)  # reuses the step-0 permutation
 check(torch.equal(o0, o1), "reused permutation gives other bits than the grouping step")
 

@@ -3,8 +3,8 @@ for video diffusion transformers.
 
     import vcattn
     out = vcattn.attention(q, k, v, tensor_layout="HND")            # sageattn-style call
-    session = vcattn.Session(num_inference_steps=40)                  # grouping schedule
-    out = vcattn.attention(q, k, v, state=session.layer("block0"))
+    schedule = vcattn.Schedule(num_inference_steps=40)                  # grouping schedule
+    out = vcattn.attention(q, k, v, state=schedule.layer("block0"))
 
 Torch tensors (CPU or CUDA) and numpy arrays (CPU backend) are accepted.
 """
@@ -16,7 +16,7 @@ from . import _capi
 from ._core import LayerState, OutOfMemoryError, VcattnError, _check_layout, check_step, config, lib  # noqa: F401 (config: public)
 from ._core import check_switches, config_fields
 
-__all__ = ["attention", "Session", "LayerState", "VcattnError", "OutOfMemoryError", "config", "version"]
+__all__ = ["attention", "Schedule", "LayerState", "VcattnError", "OutOfMemoryError", "config", "version"]
 
 
 def version() -> str:
@@ -36,7 +36,7 @@ def attention(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_s
     any method with a "+qsmooth" suffix (Q smoothing: slightly more faithful,
     16-17% slower attention kernel for vc on the H200).
     sm_scale (or its alias scale, as in torch SDPA): softmax scale, default
-    1/sqrt(D). state: a LayerState (or Session.layer(...)) carrying the
+    1/sqrt(D). state: a LayerState (or Schedule.layer(...)) carrying the
     V-Smooth grouping across denoising steps; None (the drop-in call, as fast
     as a plain step) demeans 128-key blocks in the tokens' own order, without
     k-means.
@@ -56,7 +56,7 @@ def attention(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_s
             "non-causal. Use SDPA for causal layers.")
     _check_layout(q, k, v, tensor_layout)
     if state is not None and not isinstance(state, LayerState):
-        raise TypeError("vcattn: state must be a vcattn.LayerState (e.g. Session.layer(name)), got %s"
+        raise TypeError("vcattn: state must be a vcattn.LayerState (e.g. Schedule.layer(name)), got %s"
                         % type(state).__name__)
     fields = _resolve_fields(config, switches)
     sm_scale = _resolve_scale(sm_scale, scale, fields.pop("sm_scale", 0.0))
@@ -94,14 +94,14 @@ def _resolve_scale(sm_scale, scale, from_config):
     return given
 
 
-class Session:
+class Schedule:
     """The denoising-step state of one generation: one LayerState per
-    attention module (created on first use), all at the session's step.
+    attention module (created on first use), all at the schedule's step.
 
-        session = vcattn.Session(num_inference_steps=40)
+        schedule = vcattn.Schedule(num_inference_steps=40)
         for i, t in enumerate(timesteps):
-            session.step = i
-            ... vcattn.attention(q, k, v, state=session.layer(name)) ...
+            schedule.step = i
+            ... vcattn.attention(q, k, v, state=schedule.layer(name)) ...
     """
 
     def __init__(self, num_inference_steps):

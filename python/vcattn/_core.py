@@ -164,7 +164,7 @@ class LayerState:
     """Per-layer V-Smooth state (centroids, permutation, step): one per attention
     module, kept across the denoising steps (paper appendix A). Creating one
     is plain Python (its C state is made by the first call that uses it), so
-    Session.layer may run inside torch.compile(fullgraph=True)."""
+    Schedule.layer may run inside torch.compile(fullgraph=True)."""
 
     def __init__(self, num_inference_steps):
         if int(num_inference_steps) < 1:
