@@ -46,11 +46,11 @@ def schedule(method, offset, results, key):
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.default_stream())
     with torch.cuda.stream(stream):
-        schedule = vcattn.Schedule(num_inference_steps=40)
-        layer = schedule.layer("attn")
+        steps = vcattn.Schedule(num_inference_steps=40)
+        layer = steps.layer("attn")
         outs = []
         for step in range(3):
-            schedule.step = step
+            steps.step = step
             outs.append(vcattn.attention(q, k + offset, v - offset, method=method, state=layer))
     stream.synchronize()
     results[key] = outs
@@ -81,10 +81,10 @@ try:
 except ValueError as e:
     check("different devices" in str(e), str(e))
 
-schedule = vcattn.Schedule(num_inference_steps=40)
-layer = schedule.layer("attn")
+steps = vcattn.Schedule(num_inference_steps=40)
+layer = steps.layer("attn")
 o0 = vcattn.attention(q, k, v, state=layer)
-schedule.step = 1
+steps.step = 1
 o1 = vcattn.attention(q, k, v, state=layer)  # reuses the step-0 permutation
 check(torch.equal(o0, o1), "reused permutation gives other bits than the grouping step")
 
