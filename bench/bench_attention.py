@@ -14,7 +14,7 @@ Columns: vc kernel = the attention kernel alone (its CUPTI duration from the
 torch profiler, quantized inputs ready); vc call = the whole call on a plain
 step (grouping reused: quantization + attention); grouping = a call that runs
 k-means from the previous centroids (warm, 5 iterations); drop-in = a call
-without a layer state (V-Smooth's blocks in sequence order, no k-means).
+without a layer state (V-Smooth's blocks in the principal order, no k-means).
 
     python bench/bench_attention.py [--shapes wan,longcat,...] [--json F] [--reps N]
 """

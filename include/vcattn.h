@@ -292,8 +292,8 @@ typedef enum {
     VCATTN_GROUP_COLD,      /* k-means from seeded initial centroids */
     VCATTN_GROUP_WARM,      /* k-means from the previous centroids */
     VCATTN_GROUP_REUSE,     /* the stored permutation, demeaned */
-    VCATTN_GROUP_SEQUENCE   /* no layer state: 128-row blocks in the
-                               tokens' own order, demeaned (no k-means) */
+    VCATTN_GROUP_PRINCIPAL  /* no layer state: the keys sorted along V's
+                               principal direction, demeaned (no k-means) */
 } vcattn_grouping;
 
 VCATTN_API const char *vcattn_grouping_name(vcattn_grouping grouping);
@@ -313,10 +313,12 @@ VCATTN_API vcattn_grouping vcattn_layer_plan(const vcattn_layer *layer, const vc
  * exact exponential, so that LSE is off by up to ln(1/0.9290) = 0.074 nats
  * (more only by the mass of probabilities below the smallest code); a ring
  * merge that weights partial outputs by exp(lse) carries that weight error.
- * rope may be NULL. layer may be NULL: then V-Smooth (if on) demeans
- * 128-row blocks of the keys in their own order (VCATTN_GROUP_SEQUENCE), a
- * call as fast as a plain step; k-means grouping needs a layer state (a
- * one-step layer groups once, from a cold start).
+ * rope may be NULL. layer may be NULL: then V-Smooth (if on) sorts each
+ * head's keys and values by their projection on the top principal direction
+ * of the values and demeans the 128-row blocks of that order
+ * (VCATTN_GROUP_PRINCIPAL; a few reads of V and a sort, no k-means);
+ * k-means grouping needs a layer state (a one-step layer groups once, from
+ * a cold start).
  * Memory: q, k, v and the RoPE tables may share memory with each other; out
  * and lse may not share a byte with any of them nor with each other (the
  * span from a view's first to its last element counts, so views interleaved

@@ -17,8 +17,9 @@
 
 #define BLOCK VCATTN_TILE
 
-vcattn_status study_group_rows(const vcattn_config *cfg, const float *x, int64_t n, int64_t d,
+vcattn_status study_group_rows(const vcattn_config *cfg, int stateless, const float *x, int64_t n, int64_t d,
                                uint64_t stream, int32_t *perm) {
+    if (stateless) return vsmooth_principal_order(x, n, d, perm);
     int clusters = vsmooth_cluster_count(cfg, n);
     float *centroids = malloc((size_t)clusters * (size_t)d * sizeof *centroids);
     int32_t *labels = malloc((size_t)n * sizeof *labels);
@@ -143,7 +144,7 @@ vcattn_status study_orders(const vcattn_tensor *v, int frames, int height, int w
                 cube_order(frames, height, width, ct, cs, cs, perm);
                 order = perm;
             } else if (o == 3) {
-                if ((st = study_group_rows(cfg, x, n, d, (uint64_t)g, perm))) goto done;
+                if ((st = study_group_rows(cfg, 0, x, n, d, (uint64_t)g, perm))) goto done;
                 order = perm;
             } else if (o == 4) {
                 if (!balanced_ok) continue;
@@ -427,7 +428,7 @@ typedef struct {
     float window;
     int refresh, demean_outside, cold_restarts, vsmooth;
     double cluster_factor;
-    int stateless;  /* no layer: V-Smooth in sequence order on every step (the drop-in call) */
+    int stateless;  /* no layer: V-Smooth in principal order on every step (the drop-in call) */
 } schedule_variant;
 
 vcattn_status study_schedule(const char *workload, uint64_t seed, int steps,
@@ -465,7 +466,7 @@ vcattn_status study_schedule(const char *workload, uint64_t seed, int steps,
         {"half the clusters", vc.group_window, vc.group_refresh, 0, 0, 1, 0.5, 0},
         {"twice the clusters", vc.group_window, vc.group_refresh, 0, 0, 1, 2.0, 0},
         {"no V-Smooth", vc.group_window, vc.group_refresh, 0, 0, 0, 1.0, 0},
-        {"no layer state (sequence order)", vc.group_window, vc.group_refresh, 0, 0, 1, 1.0, 1},
+        {"no layer state (principal order)", vc.group_window, vc.group_refresh, 0, 0, 1, 1.0, 1},
     };
     vcattn_tensor tq = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, a.batch, a.heads_q, a.tokens, a.head_dim);
     vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, a.batch, a.heads_kv, a.tokens, a.head_dim);

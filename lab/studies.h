@@ -29,8 +29,10 @@ typedef struct {
 vcattn_status study_orders(const vcattn_tensor *v, int frames, int height, int width,
                            const vcattn_config *cfg, study_order out[STUDY_ORDER_COUNT]);
 
-/* Shared with eval: V-Smooth's cold-start grouping of one head's rows. */
-vcattn_status study_group_rows(const vcattn_config *cfg, const float *x, int64_t n, int64_t d,
+/* Shared with eval: V-Smooth's grouping of one head's rows, as a cold-start
+ * call of cfg with a layer state does (k-means), or as a call without one
+ * does (stateless: the principal order). */
+vcattn_status study_group_rows(const vcattn_config *cfg, int stateless, const float *x, int64_t n, int64_t d,
                                uint64_t stream, int32_t *perm);
 
 /* ---- ExpCast row statistics (P alone, exact scores) ---- */

@@ -62,13 +62,13 @@ check "expcast figures" 0 "79.6%" "byte 107" "= 88" -- expcast
 check "expcast --json" 0 '"same_byte_fraction"' '"byte": 107' -- expcast --json
 check "run tiny vc" 0 "cosine" "LSE max abs error" -- run --workload tiny --method vc
 check "run --json" 0 '"metrics": {"cosine"' -- run --workload tiny --json
-check "run --grouping sequence" 0 "V-Smooth in sequence order" -- run --workload tiny --grouping sequence
+check "run --grouping principal" 0 "V-Smooth in principal order" -- run --workload tiny --grouping principal
 check "run --grouping kmeans --json" 0 '"grouping": "kmeans"' -- run --workload tiny --grouping kmeans --json
-check "eval --grouping sequence" 0 "V-Smooth in sequence order" -- \
-    eval --workload tiny --draws 1 --methods sage2,vc --grouping sequence
+check "eval --grouping principal" 0 "V-Smooth in principal order" "in principal order" -- \
+    eval --workload tiny --draws 1 --methods sage2,vc --grouping principal
 check "run --progress" 0 "vc: 100% of the rows" -- run --workload tiny --backend cpu --progress
 check "eval --progress" 0 "sage2: 100% of the rows" -- eval --workload tiny --backend cpu --draws 1 --methods sage2 --progress
-check "bad --grouping exits 2" 2 "--grouping: unknown value 'random'" "kmeans, sequence" -- \
+check "bad --grouping exits 2" 2 "--grouping: unknown value 'random'" "kmeans, principal" -- \
     run --workload tiny --grouping random
 check "unknown workload exits 2" 2 "unknown workload 'nosuch'" -- run --workload nosuch
 check "unknown method exits 2" 2 "unknown method 'nosuch'" -- run --method nosuch

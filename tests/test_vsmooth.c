@@ -86,7 +86,7 @@ static void test_schedule(void) {
     vcattn_config c = vcattn_config_default();
     vcattn_layer_create(&layer, 40);
     CHECK(vcattn_layer_plan(layer, &c) == VCATTN_GROUP_COLD, "step 0 without history groups cold");
-    CHECK(vcattn_layer_plan(NULL, &c) == VCATTN_GROUP_SEQUENCE, "no layer: sequence order, no k-means");
+    CHECK(vcattn_layer_plan(NULL, &c) == VCATTN_GROUP_PRINCIPAL, "no layer: principal order, no k-means");
     vcattn_config off = c;
     off.vsmooth = 0;
     CHECK(vcattn_layer_plan(layer, &off) == VCATTN_GROUP_NONE, "vsmooth off never groups");
@@ -192,8 +192,40 @@ static void test_sink_guard(void) {
     vcattn_destroy(ctx);
 }
 
+/* The principal order (the call without a layer state): tokens spread along
+ * one direction, plus noise, come out sorted along it, the same every time;
+ * and the blocks of the order carry more of V's energy in their means than
+ * sequence order. */
+static void test_principal_order(void) {
+    enum { N = 700, D = 16 };
+    static float x[N * D];
+    static int32_t perm[N];
+    static float a[N];
+    for (int t = 0; t < N; t++) {
+        a[t] = 4.0f * (frand() - 0.5f);
+        for (int i = 0; i < D; i++) x[t * D + i] = a[t] * (i % 3 == 0 ? 1.0f : -0.5f) + 0.002f * (frand() - 0.5f) + 1.0f;
+    }
+    CHECK(vsmooth_principal_order(x, N, D, perm) == VCATTN_OK, "principal order runs");
+    int up = 1, down = 1, is_perm = 1;
+    static int seen[N];
+    for (int t = 0; t < N; t++) seen[t] = 0;
+    for (int t = 0; t < N; t++) is_perm &= perm[t] >= 0 && perm[t] < N && !seen[perm[t]]++;
+    for (int t = 1; t < N; t++) {
+        up &= a[perm[t]] >= a[perm[t - 1]] - 0.01f;
+        down &= a[perm[t]] <= a[perm[t - 1]] + 0.01f;
+    }
+    CHECK(is_perm && (up || down), "tokens come out sorted along their direction (permutation %d)", is_perm);
+    double seq = vsmooth_block_mean_energy_share(x, N, D, NULL, 128);
+    double pc = vsmooth_block_mean_energy_share(x, N, D, perm, 128);
+    CHECK(pc > seq + 0.005, "block-mean energy share: %.4f in principal order, %.4f in sequence order", pc, seq);
+    static int32_t again[N];
+    vsmooth_principal_order(x, N, D, again);
+    CHECK(memcmp(perm, again, sizeof perm) == 0, "the principal order is deterministic");
+}
+
 int main(void) {
     test_kmeans();
+    test_principal_order();
     test_schedule();
     test_sink_guard();
     return tl_finish("test_vsmooth");

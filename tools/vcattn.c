@@ -82,10 +82,11 @@ static const char USAGE_RUN[] =
     "  --threads N               CPU threads (default: all cores)\n"
     "  --progress                show progress from the start (else only for\n"
     "                            CPU calls past one second)\n"
-    "  --grouping kmeans|sequence  V-Smooth's token order: kmeans (default) groups\n"
-    "                            as a grouping step does, from a cold start;\n"
-    "                            sequence keeps the tokens' order, as a call\n"
-    "                            without a layer state (the drop-in call) does\n"
+    "  --grouping kmeans|principal  V-Smooth's token order: kmeans (default)\n"
+    "                            groups as a grouping step does, from a cold\n"
+    "                            start; principal sorts along V's principal\n"
+    "                            direction, as a call without a layer state\n"
+    "                            (the drop-in call) does\n"
     "  --out F                   write the output as float32 .npy [B,Hq,Nq,D]\n"
     "  --json                    one JSON object on stdout\n";
 
@@ -111,10 +112,11 @@ static const char USAGE_EVAL[] =
     "  --progress                show progress from the start (else only for\n"
     "                            CPU calls past one second)\n"
     "  --methods M1,M2,...       these methods instead of the list above\n"
-    "  --grouping kmeans|sequence  V-Smooth's token order: kmeans (default) groups\n"
-    "                            as a grouping step does, from a cold start;\n"
-    "                            sequence keeps the tokens' order, as a call\n"
-    "                            without a layer state (the drop-in call) does\n"
+    "  --grouping kmeans|principal  V-Smooth's token order: kmeans (default)\n"
+    "                            groups as a grouping step does, from a cold\n"
+    "                            start; principal sorts along V's principal\n"
+    "                            direction, as a call without a layer state\n"
+    "                            (the drop-in call) does\n"
     "  --q-smoothing             every method with Q smoothing\n"
     "  --study NAME              instead of the table: orders (V error and energy\n"
     "                            share by token order), expcast (ExpCast row\n"
@@ -177,7 +179,7 @@ static const name_value BACKEND_NAMES[] = {
 static const name_value DTYPE_NAMES[] = {
     {"bf16", VCATTN_DTYPE_BF16}, {"f16", VCATTN_DTYPE_F16}, {"f32", VCATTN_DTYPE_F32}, {NULL, 0}};
 static const name_value LAYOUT_NAMES[] = {{"HND", 0}, {"NHD", 1}, {NULL, 0}};
-static const name_value GROUPING_NAMES[] = {{"kmeans", 0}, {"sequence", 1}, {NULL, 0}};
+static const name_value GROUPING_NAMES[] = {{"kmeans", 0}, {"principal", 1}, {NULL, 0}};
 
 /* Names match whatever their case (--layout nhd, --dtype BF16). */
 static int lookup(const name_value *t, const char *s, int *out) {
@@ -261,7 +263,7 @@ typedef struct {
     vcattn_dtype dtype;
     int dtype_set;
     int threads;
-    int sequence_order;                  /* --grouping sequence: no layer state */
+    int stateless;                       /* --grouping principal: no layer state */
     int progress;                        /* --progress: from the first row on */
     const char *out_path;
     int json;
@@ -379,7 +381,7 @@ static int apply_input_option(options *o, int id, const char *a, const char *val
         break;
     case OPT_THREADS: rc = int_option(cmd, a, val, 0, VCATTN_MAX_THREADS, &o->threads); break;
     case OPT_OUT: o->out_path = val; break;
-    case OPT_GROUPING: rc = parse_choice(cmd, a, val, GROUPING_NAMES, &o->sequence_order); break;
+    case OPT_GROUPING: rc = parse_choice(cmd, a, val, GROUPING_NAMES, &o->stateless); break;
     case OPT_PROGRESS: o->progress = 1; break;
     default: return UNHANDLED;
     }
@@ -787,11 +789,11 @@ static int open_context(vcattn_backend backend, vcattn_context **ctx) {
 /* One call, V-Smooth as --grouping says: k-means through a one-step layer
  * (the call groups from a cold start, as a grouping step does), or without
  * a layer, in the tokens' own order (the drop-in call). */
-static vcattn_status attend(vcattn_context *ctx, const vcattn_config *cfg, int sequence_order,
+static vcattn_status attend(vcattn_context *ctx, const vcattn_config *cfg, int stateless,
                             const inputs *in, const vcattn_tensor *out, float *lse) {
     vcattn_layer *layer = NULL;
     vcattn_status st = VCATTN_OK;
-    if (cfg->vsmooth && !sequence_order && (st = vcattn_layer_create(&layer, 1))) return st;
+    if (cfg->vsmooth && !stateless && (st = vcattn_layer_create(&layer, 1))) return st;
     st = vcattn_attention(ctx, cfg, &in->q, &in->k, &in->v, out, lse, inputs_rope(in), layer);
     vcattn_layer_destroy(layer);
     return st;
@@ -832,7 +834,7 @@ static int cmd_run(const options *o) {
     cli_progress progress;
     cli_progress_begin(&progress, ctx, o->method, o->progress);
     double t0 = cli_now_ms();
-    st = attend(ctx, &cfg, o->sequence_order, &in, &ot, lse);
+    st = attend(ctx, &cfg, o->stateless, &in, &ot, lse);
     double ms = cli_now_ms() - t0;
     cli_progress_end(&progress, ctx);
     if (st) {
@@ -862,7 +864,7 @@ static int cmd_run(const options *o) {
     if (o->json) {
         printf("{\"backend\": \"%s\", \"method\": ", backend);
         json_str(o->method);
-        printf(", \"grouping\": \"%s\"", name_of(GROUPING_NAMES, o->sequence_order));
+        printf(", \"grouping\": \"%s\"", name_of(GROUPING_NAMES, o->stateless));
         printf(", \"config\": ");
         json_config(&cfg);
         printf(", \"source\": ");
@@ -886,7 +888,7 @@ static int cmd_run(const options *o) {
         printf("backend           %s\n", backend);
         printf("method            %s: ", o->method);
         print_config(&cfg);
-        if (cfg.vsmooth) printf("; V-Smooth %s", o->sequence_order ? "in sequence order" : "after k-means");
+        if (cfg.vsmooth) printf("; V-Smooth %s", o->stateless ? "in principal order (no layer state)" : "after k-means");
         printf("\ninput             %s, q/k/v %s/%s/%s%s\n", in.source,
                vcattn_dtype_name(in.q.dtype), vcattn_dtype_name(in.k.dtype),
                vcattn_dtype_name(in.v.dtype), in.has_rope ? ", RoPE" : "");
@@ -928,26 +930,26 @@ typedef struct {
 /* Runs on ctx, or on cpu_ctx when ctx's backend lacks the configuration (the
  * GPU kernel runs only the 8-bit INT8-QK / FP8-PV methods). */
 static vcattn_status attention_or_cpu(vcattn_context *ctx, vcattn_context *cpu_ctx,
-                                      const vcattn_config *cfg, int sequence_order, const inputs *in,
+                                      const vcattn_config *cfg, int stateless, const inputs *in,
                                       const vcattn_tensor *out, vcattn_context **used) {
     *used = ctx;
-    vcattn_status st = attend(ctx, cfg, sequence_order, in, out, NULL);
+    vcattn_status st = attend(ctx, cfg, stateless, in, out, NULL);
     if (st == VCATTN_ERR_UNSUPPORTED_CONFIG && cpu_ctx) {
         *used = cpu_ctx;
-        st = attend(cpu_ctx, cfg, sequence_order, in, out, NULL);
+        st = attend(cpu_ctx, cfg, stateless, in, out, NULL);
     }
     return st;
 }
 
 /* Per kv head: V as the attention sees it (input dtype, no RoPE), grouped as a
- * cold-start call of cfg groups it when cfg->vsmooth (in sequence order with
- * sequence_order), quantized and rebuilt:
+ * cold-start call of cfg groups it when cfg->vsmooth (as a call without a
+ * layer state does with stateless), quantized and rebuilt:
  * |V - V_hat|_F^2 and |V|_F^2 over all heads added to v_sums (if set). With
  * energy set, also the block-mean energy shares in sequence order and in
  * cfg's grouping, averaged over heads, added to it. */
-static vcattn_status value_analysis(const vcattn_config *cfg, int sequence_order, const vcattn_tensor *v,
+static vcattn_status value_analysis(const vcattn_config *cfg, int stateless, const vcattn_tensor *v,
                                     double v_sums[2], double energy[2]) {
-    const int permuted = cfg->vsmooth && !sequence_order;
+    const int permuted = cfg->vsmooth;
     const int64_t n = v->tokens, d = v->head_dim, heads = v->batch * v->heads;
     float *x = malloc((size_t)(n * d) * sizeof *x);
     float *xp = malloc((size_t)(n * d) * sizeof *xp);
@@ -958,7 +960,7 @@ static vcattn_status value_analysis(const vcattn_config *cfg, int sequence_order
     for (int64_t g = 0; g < heads; g++) {
         for (int64_t t = 0; t < n; t++)
             vcattn_tensor_load_row(v, g / v->heads, g % v->heads, t, x + t * d);
-        if ((permuted || energy) && (st = study_group_rows(cfg, x, n, d, (uint64_t)g, perm)))
+        if ((permuted || energy) && (st = study_group_rows(cfg, stateless, x, n, d, (uint64_t)g, perm)))
             goto done;
         if (energy) {
             energy[0] += vsmooth_block_mean_energy_share(x, n, d, NULL, ENERGY_BLOCK) / heads;
@@ -1136,7 +1138,7 @@ static int eval_method(const options *o, vcattn_context *ctx, vcattn_context *cp
     cli_progress_begin(&progress, ctx, method, o->progress);
     if (cpu_ctx) cli_progress_begin(&cpu_progress, cpu_ctx, method, o->progress);
     double t0 = cli_now_ms();
-    vcattn_status st = attention_or_cpu(ctx, cpu_ctx, &cfg, o->sequence_order, in, &tq, &used);
+    vcattn_status st = attention_or_cpu(ctx, cpu_ctx, &cfg, o->stateless, in, &tq, &used);
     r->ms += (cli_now_ms() - t0) / draws;
     r->backend = vcattn_context_backend(used);
     /* O_pv: quantized P, exact V. V-Smooth stays as the method has it: its
@@ -1146,7 +1148,7 @@ static int eval_method(const options *o, vcattn_context *ctx, vcattn_context *cp
     vcattn_config pv = cfg;
     pv.v_format = VCATTN_V_EXACT;
     int own_pv = cfg.v_format == VCATTN_V_EXACT;
-    if (!st && !own_pv) st = attention_or_cpu(ctx, cpu_ctx, &pv, o->sequence_order, in, &tpv, &pv_used);
+    if (!st && !own_pv) st = attention_or_cpu(ctx, cpu_ctx, &pv, o->stateless, in, &tpv, &pv_used);
     else pv_used = used;
     cli_progress_end(&progress, ctx);
     if (cpu_ctx) cli_progress_end(&cpu_progress, cpu_ctx);
@@ -1162,7 +1164,7 @@ static int eval_method(const options *o, vcattn_context *ctx, vcattn_context *cp
     metrics_sums_add(&sm->out, buf->oq, buf->ref, rows, d);
     metrics_sums_add(&sm->pv, o_pv, buf->ref, rows, d);
     add_sq_diff(o_pv, buf->oq, rows * d, &sm->value_ee);
-    if (cfg.v_format != VCATTN_V_EXACT && (st = value_analysis(&cfg, o->sequence_order, &in->v, sm->v_sums, NULL)))
+    if (cfg.v_format != VCATTN_V_EXACT && (st = value_analysis(&cfg, o->stateless, &in->v, sm->v_sums, NULL)))
         return lib_error(st, "value analysis");
     return 0;
 }
@@ -1216,7 +1218,7 @@ static void eval_finish(eval_report *rep) {
 static void eval_print_json(const options *o, const inputs *in, const eval_report *rep) {
     printf("{\"workload\": ");
     json_str(in->source);
-    printf(", \"grouping\": \"%s\"", name_of(GROUPING_NAMES, o->sequence_order));
+    printf(", \"grouping\": \"%s\"", name_of(GROUPING_NAMES, o->stateless));
     printf(", \"backend\": \"%s\", \"dtype\": \"%s\", \"draws\": %d, \"shape\": ", rep->backend,
            vcattn_dtype_name(in->q.dtype), rep->draws);
     json_shape(in);
@@ -1238,7 +1240,7 @@ static void eval_print_json(const options *o, const inputs *in, const eval_repor
         }
         printf("]}");
     }
-    printf("], \"energy_share\": {\"block\": %d, \"sequence_order\": ", ENERGY_BLOCK);
+    printf("], \"energy_share\": {\"block\": %d, \"stateless\": ", ENERGY_BLOCK);
     json_num(rep->energy[0]);
     printf(", \"grouped\": ");
     json_num(rep->energy[1]);
@@ -1271,7 +1273,7 @@ static void eval_print_text(const options *o, const inputs *in, const eval_repor
     printf("%s, ", in->source);
     print_shape(in);
     printf(", %s inputs, backend %s, V-Smooth %s\n\n", vcattn_dtype_name(in->q.dtype), rep->backend,
-           o->sequence_order ? "in sequence order" : "after k-means");
+           o->stateless ? "in principal order (no layer state)" : "after k-means");
     printf("%-20s %10s %10s %10s %7s %10s %9s %9s %9s %6s %9s %s\n", "method", "cosine", "rel L1",
            "rel L2", "SNR dB", "worst row", "V-q err", "prob", "value", "value%", "time ms", "backend");
     for (size_t i = 0; i < rep->n; i++) {
@@ -1285,9 +1287,13 @@ static void eval_print_text(const options *o, const inputs *in, const eval_repor
     printf("\nprob = |O_ref - O_pv| / |O_ref|, value = |O_pv - O_q| / |O_ref| (eq. 2),\n"
            "O_pv: the method with exact V (same grouping; on the cpu backend when\n"
            "the row's backend has no exact-V path); V-q err = |V - V_hat|_F / |V|_F.\n");
-    printf("V block-mean energy share (%d-row blocks, mean over heads): %.1f%% in sequence "
-           "order, %.1f%% after k-means grouping (%d clusters)\n",
-           ENERGY_BLOCK, 100.0 * rep->energy[0], 100.0 * rep->energy[1], rep->clusters);
+    if (o->stateless)
+        printf("V block-mean energy share (%d-row blocks, mean over heads): %.1f%% in sequence "
+               "order, %.1f%% in principal order\n", ENERGY_BLOCK, 100.0 * rep->energy[0], 100.0 * rep->energy[1]);
+    else
+        printf("V block-mean energy share (%d-row blocks, mean over heads): %.1f%% in sequence "
+               "order, %.1f%% after k-means grouping (%d clusters)\n",
+               ENERGY_BLOCK, 100.0 * rep->energy[0], 100.0 * rep->energy[1], rep->clusters);
     if (rep->draws > 1) print_per_draw(o, rep->draws, rep->methods, rep->n, rep->sums);
     if (rep->n_found == 3) print_dominance(rep);
 }

@@ -134,13 +134,13 @@ raises(ValueError, lambda: setattr(s, "step", 8), "outside", "step past the end"
 raises(ValueError, s.next_step, "outside", "next_step past the end")
 raises(ValueError, lambda: vcattn.Schedule(0), "num_inference_steps", "zero steps")
 
-# ---- the drop-in call: V-Smooth in the tokens' order, no k-means -----------------
+# ---- the drop-in call: V-Smooth in the principal order, no k-means ---------------
 drop = vcattn.attention(q, k, v)
 grouped = vcattn.attention(q, k, v, state=vcattn.Schedule(num_inference_steps=1).layer("once"))
 plain = vcattn.attention(q, k, v, vsmooth=0)
 check(np.array_equal(drop, vcattn.attention(q, k, v)), "the drop-in call is deterministic")
 check(not np.array_equal(drop, grouped) and not np.array_equal(drop, plain),
-      "the drop-in call demeans in sequence order: neither the k-means grouping nor no V-Smooth")
+      "the drop-in call groups along the principal direction: neither the k-means grouping nor no V-Smooth")
 check(rel(drop, reference(q, k, v)[0]) < 0.05, "drop-in error %.4f" % rel(drop, reference(q, k, v)[0]))
 
 # ---- torch CPU tensors (when torch is installed) ---------------------------------

@@ -37,9 +37,9 @@ def attention(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_s
     16-17% slower attention kernel for vc on the H200).
     sm_scale (or its alias scale, as in torch SDPA): softmax scale, default
     1/sqrt(D). state: a LayerState (or Schedule.layer(...)) carrying the
-    V-Smooth grouping across denoising steps; None (the drop-in call, as fast
-    as a plain step) demeans 128-key blocks in the tokens' own order, without
-    k-means.
+    V-Smooth grouping across denoising steps; None (the drop-in call, within
+    a few percent of a plain step) sorts the keys along the values' principal
+    direction and demeans its 128-key blocks, without k-means.
     return_lse: also return the log-sum-exp per row, natural log, float32
     [B, Hq, Nq] (as sageattn). check_finite: reject NaN/Inf inputs, and
     inputs whose scores float32 cannot resolve (costs one device sync per

@@ -192,7 +192,7 @@ class LayerState:
     def plan(self, method="vc"):
         """What a call would do now: 'none', 'cold', 'warm', 'reuse'."""
         cfg = config(method)
-        return ("none", "cold", "warm", "reuse", "sequence")[lib().vcattn_layer_plan(self.c_layer(), ctypes.byref(cfg))]
+        return ("none", "cold", "warm", "reuse", "principal")[lib().vcattn_layer_plan(self.c_layer(), ctypes.byref(cfg))]
 
     def reset(self):
         if self.id in _c_layers:

@@ -13,8 +13,8 @@ SkyReels-V2, Flux and the other AttentionModuleMixin models.
 Importing this module adds "vcattn" to diffusers' `AttentionBackendName` and
 its backend registry, so `transformer.set_attention_backend("vcattn")` and
 `with attention_backend("vcattn"):` work too; those calls carry no per-layer
-state, so V-Smooth demeans blocks in the tokens' own order (the drop-in
-call: fast, without k-means grouping). `enable` and
+state, so V-Smooth groups each call along the values' principal direction
+(the drop-in call: fast, without k-means grouping). `enable` and
 `set_backend` add what the grouping schedule needs: a LayerState per
 attention module (found by module hooks, no user code) and the denoising
 step, read from the pipeline (its scheduler's timesteps: any number of steps,
@@ -185,7 +185,7 @@ def attention_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causa
     context = context[-1] if context else None
     if context is None:
         _warn_once("stateless", "vcattn: called outside vcattn.diffusers.enable()/set_backend(): no per-layer state, "
-                                "so V-Smooth keeps the tokens' order (no k-means grouping)")
+                                "so V-Smooth groups along the principal direction (no k-means grouping)")
     if keep is not None and not bool(keep.all()):
         outs = [_vcattn(context, query[i:i + 1], key[i:i + 1, keep[i]], value[i:i + 1, keep[i]], scale)
                 for i in range(batch)]
@@ -261,7 +261,7 @@ class _Steps:
             if total is None:
                 self.generation = None
                 _warn_once("no-steps", "vcattn: the step count is unknown (no pipeline scheduler with timesteps, no "
-                                       "num_inference_steps): V-Smooth keeps the tokens' order (no k-means grouping)")
+                                       "num_inference_steps): V-Smooth groups along the principal direction (no k-means grouping)")
             elif self.generation is None or self.generation.num_inference_steps != total:
                 self.generation = _Generation(total)
             else:

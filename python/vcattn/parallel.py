@@ -77,7 +77,7 @@ def ring_forward(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, windo
 def yunchang_processor(method="vc"):
     """yunchang's `attn_processor`: each local attention of its USP layer
     (one per ring step, after the Ulysses all-to-all) as a vcattn call with
-    `method`. Without a state each call demeans its own key chunk in the
-    tokens' order (no k-means), as the drop-in call does."""
+    `method`. Without a state each call groups its own key chunk along the
+    values' principal direction (no k-means), as the drop-in call does."""
     return functools.partial(ring_forward, method=method)
 

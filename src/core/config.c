@@ -129,7 +129,7 @@ const char *vcattn_grouping_name(vcattn_grouping g) {
     case VCATTN_GROUP_COLD: return "cold";
     case VCATTN_GROUP_WARM: return "warm";
     case VCATTN_GROUP_REUSE: return "reuse";
-    case VCATTN_GROUP_SEQUENCE: return "sequence";
+    case VCATTN_GROUP_PRINCIPAL: return "principal";
     }
     return "unknown grouping";
 }

@@ -52,8 +52,10 @@ void vcattn_tensor_store_row(const vcattn_tensor *t, int64_t b, int64_t h, int64
  * [B*Hq][Nq][D], q_scale and lse_shift [B*Hq][Nq]; k_codes and v_codes (E4M3
  * bytes) [B*Hkv][Nk][D] in permuted token order; k_scale [B*Hkv][T][4] (lane
  * groups); v_mean (code units) [B*Hkv][T][D]; v_scale and k_mean [B*Hkv][D];
- * T = ceil(Nk/128). INT8 Q/K, per-channel FP8 V only. */
+ * T = ceil(Nk/128); perm [B*Hkv][Nk] the token order used (the identity
+ * when the call does not reorder). INT8 Q/K, per-channel FP8 V only. */
 typedef struct {
+    int32_t *perm;
     int8_t *q_codes, *k_codes;
     uint8_t *v_codes;
     float *q_scale, *lse_shift, *k_scale, *v_mean, *v_scale, *k_mean;

@@ -76,7 +76,8 @@ static float *load_rows(const vcattn_tensor *t, int64_t b, int64_t h, const floa
     return x;
 }
 
-/* Groups one head's values: perm from k-means (cold or warm) or the layer. */
+/* Groups one head's values: perm from k-means (cold or warm), the layer, or
+ * the principal direction (no layer). */
 static vcattn_status group_head(const problem *p, vcattn_grouping plan, const float *v,
                                 int64_t g, int clusters, const vcattn_layer *layer,
                                 float *centroids, int32_t *perm) {
@@ -85,6 +86,7 @@ static vcattn_status group_head(const problem *p, vcattn_grouping plan, const fl
         memcpy(perm, layer->perm + g * p->nk, (size_t)p->nk * sizeof *perm);
         return VCATTN_OK;
     }
+    if (plan == VCATTN_GROUP_PRINCIPAL) return vsmooth_principal_order(v, p->nk, p->d, perm);
     int iters = cfg->kmeans_iters;
     if (plan == VCATTN_GROUP_WARM) {
         size_t sz = (size_t)clusters * (size_t)p->d;
@@ -471,6 +473,8 @@ vcattn_status cpu_quantize_for_test(vcattn_context *ctx, const vcattn_call *call
         }
     for (int64_t g = 0; !st && g < nkv; g++) {
         const kv_head *kv = &p.kv[g];
+        for (int64_t n = 0; n < p.nk; n++)
+            out->perm[g * p.nk + n] = vsmooth_plan_permutes(plan) ? perms[g * p.nk + n] : (int32_t)n;
         for (int64_t n = 0; n < p.nk; n++)
             for (int64_t c = 0; c < d; c++) {
                 out->k_codes[(g * p.nk + n) * d + c] = (int8_t)kv->k.val[n * d + c];

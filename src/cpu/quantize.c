@@ -135,19 +135,26 @@ static double row_energy(const float *x, int64_t d) {
  * far smaller than the mean (the sink guard: demeaning would turn it into
  * -mean + small, whose FP8 error scales with the mean instead of its own
  * norm, docs/fidelity.md), nor when the mean carries too little of the
- * block's energy (vsmooth_mean_worth_removing). Double sums in row order. */
+ * block's energy (vsmooth_mean_worth_removing), nor when every value is on
+ * the E4M3 grid already (vcattn_e4m3_exact_at). Double sums in row order. */
 static int block_keeps_mean(const float *v, int64_t t0, int64_t t1, int64_t d, const float *mean,
                             float sink_guard) {
     double mean2 = 0.0, energy = 0.0;
-    for (int64_t i = 0; i < d; i++) mean2 += (double)mean[i] * (double)mean[i];
+    float amax[VCATTN_MAX_HEAD_DIM];
+    for (int64_t i = 0; i < d; i++) {
+        mean2 += (double)mean[i] * (double)mean[i];
+        amax[i] = 0.0f;
+        for (int64_t r = t0; r < t1; r++) amax[i] = fmaxf(amax[i], fabsf(v[r * d + i]));
+    }
     const double bound = (double)sink_guard * (double)sink_guard * mean2;
-    int sink = 0;
+    int sink = 0, on_grid = 1;
     for (int64_t r = t0; r < t1; r++) {
         const double e = row_energy(v + r * d, d);
         sink |= sink_guard > 0.0f && e < bound;
         energy += e;
+        for (int64_t i = 0; i < d; i++) on_grid &= vcattn_e4m3_exact_at(v[r * d + i], amax[i]);
     }
-    return !sink && vsmooth_mean_worth_removing((double)(t1 - t0), mean2, energy);
+    return !sink && !on_grid && vsmooth_mean_worth_removing((double)(t1 - t0), mean2, energy);
 }
 
 static void block_means(const float *v, int64_t n, int64_t d, float sink_guard, float *mean) {

@@ -188,6 +188,10 @@ vcattn_status check_call(vcattn_context *ctx, const vcattn_config *cfg, const ca
     if (c.Nq > INT32_MAX / 2 || c.Nk > INT32_MAX / 2 || c.Hq > 65535 || c.B > 65535 || c.B * c.Hq > INT32_MAX)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "cuda backend: at most 2^30 tokens, 65535 heads, 65535 batch entries and 2^31 (batch, head) pairs");
+    if (c.plan == VCATTN_GROUP_PRINCIPAL && c.B * c.Hkv * c.Nk > INT32_MAX)  // the segmented sort counts in int
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "cuda backend: a call without a layer state sorts at most 2^31 keys (batch x kv heads x tokens); "
+                           "pass a layer state, or split the batch");
     return VCATTN_OK;
 }
 
@@ -281,21 +285,26 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     const size_t Nk = (size_t)c.Nk, Nq = (size_t)c.Nq, T = (size_t)c.T, QT = (size_t)c.QT;
     const size_t chunks = kmeans_chunks((int)Nk);
     const size_t mean_partials = k_channel_mean_partials((int)c.B, (int)c.Hkv, (int)Nk, (int)D);
-    const int rg = c.regroup, qs = cfg->q_smoothing;
+    const int rg = c.regroup, qs = cfg->q_smoothing, pr = c.plan == VCATTN_GROUP_PRINCIPAL;
+    const size_t splits = pr ? (size_t)principal_splits((int)kvh, (int)Nk) : 0;
+    const size_t sort_bytes = pr ? principal_sort_bytes((int)kvh, (int)Nk) : 0;
     const size_t q_partials = k_channel_mean_partials((int)c.B, (int)c.Hq, (int)Nq, (int)D);
     const bool reads_means =
         vc_attention_sm90_reads_means((int)D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped);
     const size_t mean_images = reads_means ? kvh * ((T + VC_MEAN_TILES - 1) / VC_MEAN_TILES) : 0;
     const size_t sizes[] = {
         4 * sizeof(int), kvh * D * 4, mean_partials * 8,                         // flag + norms, kmean, partials
-        rg ? kvh * Nk * 4 : 0, rg ? kvh * k * D * 4 : 0, rg ? kvh * k * 4 : 0,    // perm, centroids, norms
+        rg || pr ? kvh * Nk * 4 : 0, rg ? kvh * k * D * 4 : 0, rg ? kvh * k * 4 : 0,  // perm, centroids, norms
         rg ? kvh * Nk * 4 : 0, rg ? kvh * chunks * k * D * 8 : 0,                // labels, sums
         rg ? kvh * chunks * k * 4 : 0, rg ? kvh * k * 4 : 0, rg ? kvh * 4 : 0,   // counts, init rows, amax
         qh * QT * VC_Q_ROWS * D, qh * QT * VC_Q_ROWS * 4, qh * Nq * 4,            // q codes, scales, lse shift
         kvh * T * VC_KV_ROWS * D, kvh * T * 16,                                   // k codes, scales
         kvh * T * vc_v_record_bytes((uint32_t)D), mean_images * vc_mean_image_bytes((uint32_t)D),
         3 * kvh * T * D * 4, 4 * kvh * D * 4,
-        qs ? qh * D * 4 : 0, qs ? q_partials * 8 : 0, qs ? qh * T * VC_KV_ROWS * 4 : 0};  // Q smoothing
+        qs ? qh * D * 4 : 0, qs ? q_partials * 8 : 0, qs ? qh * T * VC_KV_ROWS * 4 : 0,  // Q smoothing
+        kvh * splits * D * 8, kvh * splits * D * D * 4, pr ? kvh * D * 4 : 0, pr ? kvh * D * 4 : 0,  // principal order
+        pr ? kvh * 4 : 0, pr ? kvh * 4 : 0,
+        pr ? kvh * Nk * 8 : 0, pr ? kvh * Nk * 8 : 0, pr ? kvh * Nk * 4 : 0, sort_bytes};
     size_t total = 0;
     for (size_t sz : sizes) total += (sz + 255) & ~size_t(255);
     cudaError_t err = cs.alloc((void **)&cs.work, total);
@@ -304,7 +313,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     float *max_norm = reinterpret_cast<float *>(op->flag + 2);
     op->kmean = cs.take<float>(kvh * D);
     double *partials = cs.take<double>(mean_partials);
-    op->new_perm = rg ? cs.take<int32_t>(kvh * Nk) : nullptr;
+    op->new_perm = rg || pr ? cs.take<int32_t>(kvh * Nk) : nullptr;
     op->perm = op->new_perm;
     kmeans_workspace kw = {};
     int32_t *init_rows = nullptr;
@@ -335,6 +344,20 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     float *qmean = qs ? cs.take<float>(qh * D) : nullptr;
     double *qpartials = qs ? cs.take<double>(q_partials) : nullptr;
     op->key_bias = qs ? cs.take<float>(qh * T * VC_KV_ROWS) : nullptr;
+    principal_workspace pw = {};
+    if (pr) {
+        pw.mean_partials = cs.take<double>(kvh * splits * D);
+        pw.gram_partials = cs.take<float>(kvh * splits * D * D);
+        pw.mu = cs.take<float>(kvh * D);
+        pw.u = cs.take<float>(kvh * D);
+        pw.amax = cs.take<float>(kvh);
+        pw.scale = cs.take<float>(kvh);
+        pw.keys = cs.take<uint64_t>(kvh * Nk);  // room for 64-bit keys
+        pw.keys_sorted = cs.take<uint64_t>(kvh * Nk);
+        pw.index = cs.take<int32_t>(kvh * Nk);
+        pw.sort_temp = cs.take<uint8_t>(sort_bytes);
+        pw.sort_bytes = sort_bytes;
+    }
     if ((err = cudaMemsetAsync(op->flag, 0, 4 * sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
 
     const float sm_scale = c.sm_scale;
@@ -345,6 +368,8 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     if (c.plan == VCATTN_GROUP_REUSE) {
         if (!(op->perm = layer_device_perm(layer, kvh * Nk, device, cs.stream, &err)))
             return cs.cuda_fail(err, "permutation upload");
+    } else if (pr) {
+        if ((err = principal_order(in.v, ck, pw, op->new_perm, cs.stream))) return cs.cuda_fail(err, "principal order");
     } else if (rg) {
         if (c.plan == VCATTN_GROUP_WARM) {
             err = cudaMemcpyAsync(op->centroids, layer->centroids, kvh * k * D * 4, cudaMemcpyHostToDevice, cs.stream);
@@ -533,9 +558,12 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
     cudaMemcpyAsync(vp, op.chan_pow2, kvh * D * 4, cudaMemcpyDeviceToHost, cs.stream);
     cudaMemcpyAsync(out->k_mean, op.kmean, kvh * D * 4, cudaMemcpyDeviceToHost, cs.stream);
     cudaMemcpyAsync(out->lse_shift, op.lse_shift, qh * c.Nq * 4, cudaMemcpyDeviceToHost, cs.stream);
+    if (op.perm) cudaMemcpyAsync(out->perm, op.perm, kvh * c.Nk * 4, cudaMemcpyDeviceToHost, cs.stream);
     cudaError_t err = cudaStreamSynchronize(cs.stream);
     if (err == cudaSuccess) {
         for (size_t i = 0; i < kvh * D; i++) out->v_scale[i] *= vp[i];  // the CPU's chan_mul * chan_pow2
+        if (!op.perm)
+            for (size_t i = 0; i < kvh * (size_t)c.Nk; i++) out->perm[i] = (int32_t)(i % (size_t)c.Nk);
         for (size_t g = 0; g < qh; g++)
             for (size_t n = 0; n < (size_t)c.Nq; n++) {
                 const size_t tile = n / VC_Q_ROWS, r = n % VC_Q_ROWS;

@@ -85,3 +85,21 @@ cudaError_t kmeans_gather_rows(const dev_tensor &v, const quant_common &c, int c
 cudaError_t kmeans_group(const dev_tensor &v, const quant_common &c, int clusters, int iters,
                          float *centroids, const kmeans_workspace &w, int32_t *perm,
                          cudaStream_t stream);
+
+// The token order of a call without a layer state (principal.cu): each
+// head's rows sorted along the top principal direction of its values, into
+// perm [B*H][N] (token indices within the head). Head dims 64 and 128.
+struct principal_workspace {
+    double *mean_partials;  // [B*H][splits][D]
+    float *gram_partials;   // [B*H][splits][D][D]
+    float *mu, *u;          // [B*H][D]: the mean (scaled) and the direction
+    float *amax, *scale;    // [B*H]: V's largest |v|, the power of two applied
+    void *keys, *keys_sorted;  // [B*H][N] of principal_key_t: head index above the key's bits
+    int32_t *index;         // [B*H][N]
+    void *sort_temp;        // principal_sort_bytes
+    size_t sort_bytes;
+};
+int principal_splits(int heads, int tokens);  // blocks per head in the passes over V
+size_t principal_sort_bytes(int heads, int tokens);
+cudaError_t principal_order(const dev_tensor &v, const quant_common &c, const principal_workspace &w,
+                            int32_t *perm, cudaStream_t stream);

@@ -41,6 +41,22 @@ static __device__ __forceinline__ double warp_sum(double x) {
     return x;
 }
 
+// Eight bf16 or fp16 values, as loaded in 16 bytes, widened to float.
+static __device__ __forceinline__ void widen8(int dtype, uint4 raw, float *v) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint16_t lo = (uint16_t)(w[i] & 0xffffu), hi = (uint16_t)(w[i] >> 16);
+        if (dtype == VCATTN_DTYPE_BF16) {
+            v[2 * i] = __uint_as_float((uint32_t)lo << 16);
+            v[2 * i + 1] = __uint_as_float((uint32_t)hi << 16);
+        } else {
+            v[2 * i] = __half2float(__ushort_as_half(lo));
+            v[2 * i + 1] = __half2float(__ushort_as_half(hi));
+        }
+    }
+}
+
 // Eight consecutive elements of a row (16-byte aligned) as float.
 static __device__ __forceinline__ void load8(const dev_tensor &t, int64_t at, float *v) {
     if (t.dtype == VCATTN_DTYPE_F32) {
@@ -49,19 +65,16 @@ static __device__ __forceinline__ void load8(const dev_tensor &t, int64_t at, fl
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
         return;
     }
-    const uint4 raw = *reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(t.data) + at);
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint16_t lo = (uint16_t)(w[i] & 0xffffu), hi = (uint16_t)(w[i] >> 16);
-        if (t.dtype == VCATTN_DTYPE_BF16) {
-            v[2 * i] = __uint_as_float((uint32_t)lo << 16);
-            v[2 * i + 1] = __uint_as_float((uint32_t)hi << 16);
-        } else {
-            v[2 * i] = __half2float(__ushort_as_half(lo));
-            v[2 * i + 1] = __half2float(__ushort_as_half(hi));
-        }
+    widen8(t.dtype, *reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(t.data) + at), v);
+}
+
+// Elements [col, col + 8) of row n of head (b, h) as float.
+static __device__ __forceinline__ void load_row8(const dev_tensor &t, int b, int h, int64_t n, int col, float *v) {
+    if (t.vec) {
+        load8(t, b * t.sb + h * t.sh + n * t.sn + col, v);
+        return;
     }
+    for (int e = 0; e < 8; e++) v[e] = load_elem(t, b, h, n, col + e);
 }
 
 // Rows [n0, n0 + rows) of head (b, h), gathered through perm (may be NULL), as

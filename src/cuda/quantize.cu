@@ -401,8 +401,9 @@ struct v_args {
 // each channel, from one read of the rows (v_scales_kernel turns them into
 // the residual's amax). The mean is zeroed where it is not worth removing
 // (the CPU's block_keeps_mean): the sink guard, a token of squared norm
-// below sink_guard^2 |mean|^2, or a mean with under VSMOOTH_MIN_MEAN_SHARE
-// of the block's energy; the CPU's double sums in the CPU's order.
+// below sink_guard^2 |mean|^2, a mean with under VSMOOTH_MIN_MEAN_SHARE of
+// the block's energy, or values all on the E4M3 grid at the block's channel
+// ranges (vcattn_e4m3_exact_at); the CPU's double sums in the CPU's order.
 __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     extern __shared__ float rows[];  // [128][D + 4]
     __shared__ float mean_s[kMaxHeadDim], hi_s[kMaxHeadDim], lo_s[kMaxHeadDim];
@@ -433,22 +434,26 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
         mean2_s = mean2;
     }
     __syncthreads();
-    int sink = 0;
+    int sink = 0, on_grid = 1;
     if (a.demean && threadIdx.x < count) {  // four chains over i mod 4, as the CPU
         const float *x = rows + threadIdx.x * ld;
         double e[4] = {0.0, 0.0, 0.0, 0.0};
         for (int i = 0; i < d; i += 4)
 #pragma unroll
-            for (int c = 0; c < 4; c++) e[c] += (double)x[i + c] * (double)x[i + c];
+            for (int c = 0; c < 4; c++) {
+                e[c] += (double)x[i + c] * (double)x[i + c];
+                on_grid &= vcattn_e4m3_exact_at(x[i + c], fmaxf(fabsf(hi_s[i + c]), fabsf(lo_s[i + c])));
+            }
         const double energy = (e[0] + e[1]) + (e[2] + e[3]);
         energy_s[threadIdx.x] = energy;
         sink = a.sink_guard > 0.0f && energy < (double)a.sink_guard * (double)a.sink_guard * mean2_s;
     }
     sink = __syncthreads_or(sink);
+    on_grid = __syncthreads_and(on_grid);
     if (a.demean && threadIdx.x == 0) {
         double energy = 0.0;
         for (int r = 0; r < count; r++) energy += energy_s[r];
-        keep_s = !sink && vsmooth_mean_worth_removing((double)count, mean2_s, energy);
+        keep_s = !sink && !on_grid && vsmooth_mean_worth_removing((double)count, mean2_s, energy);
     }
     __syncthreads();
     for (int ch = threadIdx.x; ch < d; ch += kRowThreads) {

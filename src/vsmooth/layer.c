@@ -58,7 +58,7 @@ int vsmooth_in_window(const vcattn_layer *l, const vcattn_config *cfg) {
 
 vcattn_grouping vcattn_layer_plan(const vcattn_layer *l, const vcattn_config *cfg) {
     if (!cfg || !cfg->vsmooth) return VCATTN_GROUP_NONE;
-    if (!l) return VCATTN_GROUP_SEQUENCE;
+    if (!l) return VCATTN_GROUP_PRINCIPAL;
     if (vsmooth_in_window(l, cfg)) {
         if (!l->has_grouping) return VCATTN_GROUP_COLD;
         return l->step % cfg->group_refresh == 0 ? VCATTN_GROUP_WARM : VCATTN_GROUP_REUSE;

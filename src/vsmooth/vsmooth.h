@@ -62,6 +62,38 @@ void vsmooth_init_centroids(const float *x, int64_t n, int64_t d, int k, uint64_
 /* Stable counting sort by label: perm[i] = original index of the i-th token. */
 void vsmooth_argsort_labels(const int32_t *labels, int64_t n, int k, int32_t *perm);
 
+/*
+ * The token order of a call without a layer state: the rows of x [n][d]
+ * (one head's values) sorted by their projection on the top principal
+ * direction of the centred rows, so that each 128-row block holds tokens
+ * alike along V's main axis of variation and its mean removes more:
+ *   mu = the mean row; u = mu / |mu| (e_0 if mu = 0); then
+ *   VSMOOTH_PRINCIPAL_ITERS power steps on the covariance C = sum_t
+ *   (x_t - mu)(x_t - mu)^T: u = C u / |C u| (u kept if C u = 0);
+ *   key_t = x_t . u; perm = the stable sort of the keys as float, to the
+ *   precision and in the order of vsmooth_principal_key_bits (-0 before +0;
+ *   equal keys keep the token order).
+ * This oracle works in double. The GPU forms C on tensor cores (the rows
+ * scaled by a power of two and centred, in half precision, summed in
+ * float), so its keys agree to rounding: tokens whose keys lie within
+ * rounding of each other may come out swapped. perm[i] = the original index
+ * of the i-th token.
+ */
+#define VSMOOTH_PRINCIPAL_ITERS 4
+vcattn_status vsmooth_principal_order(const float *x, int64_t n, int64_t d, int32_t *perm);
+
+/* A float key as the unsigned integer whose order is the radix sort's
+ * (negative values with every bit flipped, the others with the sign
+ * flipped), its top VSMOOTH_PRINCIPAL_KEY_BITS kept: sign, exponent and 15
+ * mantissa bits. Keys equal to that precision keep the token order; the GPU
+ * then sorts up to 256 heads at once with 32-bit keys. */
+#define VSMOOTH_PRINCIPAL_KEY_BITS 24
+VCATTN_HD uint32_t vsmooth_principal_key_bits(float key) {
+    uint32_t u;
+    memcpy(&u, &key, sizeof u);
+    return ((u >> 31) ? ~u : u | 0x80000000u) >> (32 - VSMOOTH_PRINCIPAL_KEY_BITS);
+}
+
 /* Share of a block's energy its mean removes, B_j |mu_j|^2 / |V_j|_F^2 (paper
  * eq. 5), averaged over the blocks of `block` consecutive rows of x (the last
  * may be partial) in the order given by perm (NULL: sequence order), as the
@@ -105,11 +137,8 @@ int vsmooth_layer_matches(const vcattn_layer *layer, int64_t batch, int64_t head
 vcattn_grouping vsmooth_resolve_plan(const vcattn_config *cfg, const vcattn_layer *layer,
                                      int64_t batch, int64_t heads_kv, int64_t tokens,
                                      int64_t head_dim, int clusters);
-/* Whether a plan reorders the keys (cold, warm, reuse); sequence order and
- * none keep them in place. */
-static inline int vsmooth_plan_permutes(vcattn_grouping plan) {
-    return plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM || plan == VCATTN_GROUP_REUSE;
-}
+/* Whether a plan reorders the keys (all but none). */
+static inline int vsmooth_plan_permutes(vcattn_grouping plan) { return plan != VCATTN_GROUP_NONE; }
 /* Replaces the stored grouping by these arrays (the layer takes ownership). */
 void vsmooth_layer_adopt(vcattn_layer *layer, int64_t batch, int64_t heads_kv, int64_t tokens,
                          int64_t head_dim, int clusters, float *centroids, int32_t *perm);
