@@ -30,8 +30,12 @@ check(out.is_cuda and out.dtype == torch.bfloat16 and lse.shape == (2, 8, 1000),
 check(rel(out, ref) < 0.06, "vc error %.4f" % rel(out, ref))
 scores = (q.float() @ k.float().transpose(-1, -2)) * 128 ** -0.5
 check((lse - torch.logsumexp(scores, -1)).abs().max().item() < 0.05, "LSE convention")
+# Without a state the backends' token orders agree to rounding only (a few
+# tokens change block), so the CPU backend is compared by its error here;
+# test_cuda compares the two bit for bit in one order.
 cpu_out, cpu_lse = vcattn.attention(q.cpu(), k.cpu(), v.cpu(), return_lse=True)
-check(rel(out.cpu(), cpu_out) < 2e-3, "GPU vs CPU backend %.2e" % rel(out.cpu(), cpu_out))
+err_gpu, err_cpu = rel(out, ref), rel(cpu_out, ref.cpu())
+check(abs(err_gpu - err_cpu) < 0.05 * err_cpu, "GPU vs CPU backend error %.4f vs %.4f" % (err_gpu, err_cpu))
 check(torch.equal(vcattn.attention(q, k, v), out), "repeated GPU calls differ")
 
 stream = torch.cuda.Stream()
