@@ -144,15 +144,16 @@ static int block_keeps_mean(const float *v, int64_t t0, int64_t t1, int64_t d, c
     for (int64_t i = 0; i < d; i++) {
         mean2 += (double)mean[i] * (double)mean[i];
         amax[i] = 0.0f;
-        for (int64_t r = t0; r < t1; r++) amax[i] = fmaxf(amax[i], fabsf(v[r * d + i]));
     }
+    for (int64_t r = t0; r < t1; r++)
+        for (int64_t i = 0; i < d; i++) amax[i] = fmaxf(amax[i], fabsf(v[r * d + i]));
     const double bound = (double)sink_guard * (double)sink_guard * mean2;
     int sink = 0, on_grid = 1;
     for (int64_t r = t0; r < t1; r++) {
         const double e = row_energy(v + r * d, d);
         sink |= sink_guard > 0.0f && e < bound;
         energy += e;
-        for (int64_t i = 0; i < d; i++) on_grid &= vcattn_e4m3_exact_at(v[r * d + i], amax[i]);
+        for (int64_t i = 0; on_grid && i < d; i++) on_grid = vcattn_e4m3_exact_at(v[r * d + i], amax[i]);
     }
     return !sink && !on_grid && vsmooth_mean_worth_removing((double)(t1 - t0), mean2, energy);
 }

@@ -188,7 +188,7 @@ vcattn_status check_call(vcattn_context *ctx, const vcattn_config *cfg, const ca
     if (c.Nq > INT32_MAX / 2 || c.Nk > INT32_MAX / 2 || c.Hq > 65535 || c.B > 65535 || c.B * c.Hq > INT32_MAX)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "cuda backend: at most 2^30 tokens, 65535 heads, 65535 batch entries and 2^31 (batch, head) pairs");
-    if (c.plan == VCATTN_GROUP_PRINCIPAL && c.B * c.Hkv * c.Nk > INT32_MAX)  // the segmented sort counts in int
+    if (c.plan == VCATTN_GROUP_PRINCIPAL && c.B * c.Hkv * c.Nk > INT32_MAX)  // one sort of every head's keys counts in int
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "cuda backend: a call without a layer state sorts at most 2^31 keys (batch x kv heads x tokens); "
                            "pass a layer state, or split the batch");

@@ -442,7 +442,7 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 e[c] += (double)x[i + c] * (double)x[i + c];
-                on_grid &= vcattn_e4m3_exact_at(x[i + c], fmaxf(fabsf(hi_s[i + c]), fabsf(lo_s[i + c])));
+                if (on_grid) on_grid = vcattn_e4m3_exact_at(x[i + c], fmaxf(fabsf(hi_s[i + c]), fabsf(lo_s[i + c])));
             }
         const double energy = (e[0] + e[1]) + (e[2] + e[3]);
         energy_s[threadIdx.x] = energy;

@@ -78,12 +78,9 @@ VCATTN_HD float vcattn_round_e4m3(float x) {
     return vcattn_e4m3_decode(vcattn_e4m3_encode(x));
 }
 
-/* Is x on the E4M3 grid at the scale that maps a channel's largest |x| in
- * the block (amax) to 448? A block whose values all are (two-valued V such
- * as +-A, or +-1) is not demeaned either: sorted along a principal direction
- * even random +-1 forms blocks whose mean passes the share above, and
- * demeaning would move every value off the grid. An all-zero channel counts
- * as on the grid. */
+/* Is x on the E4M3 grid at the scale that maps amax (its channel's largest
+ * |x|) to 448, so that it encodes exactly? amax 0 (an all-zero channel)
+ * counts as on the grid. */
 VCATTN_HD int vcattn_e4m3_exact_at(float x, float amax) {
     if (!(amax > 0.0f)) return 1;
     const float y = x * (448.0f / amax);

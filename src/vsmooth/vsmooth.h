@@ -28,7 +28,10 @@ VCATTN_HD int vsmooth_kmeans_scale_exp(float amax) {
  * share of the block's energy (count |mean|^2 < share sum |v|^2, in double):
  * such a mean removes almost nothing, and it would move values that E4M3
  * holds exactly (e.g. +-1) off the grid, with one shared rounding error per
- * value and channel (docs/formats.md). */
+ * value and channel (docs/formats.md). Nor is a block whose values all lie on
+ * the E4M3 grid at its channel ranges (vcattn_e4m3_exact_at, e.g. two-valued
+ * V): sorted along a principal direction, even random +-1 forms blocks whose
+ * mean passes this share. */
 #define VSMOOTH_MIN_MEAN_SHARE 0.02
 
 VCATTN_HD int vsmooth_mean_worth_removing(double count, double mean2, double energy) {
