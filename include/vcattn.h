@@ -203,6 +203,13 @@ typedef struct {
      * (its mean is 0), so near-zero "attention sink" values keep FP8's
      * relative precision; in [0, 1], 0 = off, default 0.25 (docs/fidelity.md) */
     float sink_guard;
+    /* probability path: ExpCast P applies to calls with at least this many
+     * keys; shorter key sequences (text self-attention, cross-attention to a
+     * prompt) take exp then the E4M3 cast (VCATTN_P_FP8_CAST), where the
+     * exponentials do not bound the kernel and ExpCast's probability error
+     * is not made up by V-Smooth (docs/fidelity.md). Any int >= 0, default
+     * 1024; 0 = ExpCast at every length (the paper) */
+    int expcast_min_keys;
 } vcattn_config;
 
 /* The largest |score| (log2 units: q.k * sm_scale * log2(e)) a checked call

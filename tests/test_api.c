@@ -147,6 +147,7 @@ static void test_bad_inputs(vcattn_context *ctx) {
     c = good_call(); c.cfg.sm_scale = 1e30f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "sm_scale 1e30");
     c = good_call(); c.cfg.group_refresh = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "group_refresh 0");
     c = good_call(); c.cfg.expcast_beta = 1.0f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "beta 1");
+    c = good_call(); c.cfg.expcast_min_keys = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "expcast_min_keys -1");
     c = good_call(); c.cfg.group_window = -0.5f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "window < 0");
     c = good_call(); c.cfg.hadamard = 2; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "hadamard 2");
     c = good_call(); c.cfg.vsmooth = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "vsmooth -1");

@@ -115,6 +115,7 @@ static void test_expcast_row_bound(vcattn_context *ctx) {
         vcattn_reference_attention(&t.tq, &t.tk, &t.tv, NULL, 0.0f, t.ref, t.ref_lse);
         vcattn_config c = exact_config();
         c.p_format = VCATTN_P_FP8_EXPCAST;
+        c.expcast_min_keys = 0;
         CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "expcast run");
         double diam = 0.0;
         for (int64_t a = 0; a < nk; a++)
@@ -222,6 +223,7 @@ static void test_determinism(vcattn_context *ctx) {
     case_t t;
     case_init(&t, 1, 2, 2, 130, 300, 128, 2.0f);
     vcattn_config c = vcattn_config_default();
+    c.expcast_min_keys = 0;  /* ExpCast at 300 keys */
     size_t bytes = (size_t)(t.b * t.hq * t.nq * t.d) * sizeof(float);
     float *first = malloc(bytes);
     c.num_threads = 1;
@@ -234,6 +236,37 @@ static void test_determinism(vcattn_context *ctx) {
     CHECK(memcmp(first, t.out, bytes) == 0, "vc output differs run to run");
     free(first);
     case_free(&t);
+}
+
+/* vc below expcast_min_keys keys is vsmooth to the bit (exp then the cast),
+ * output and LSE; from expcast_min_keys on it is ExpCast; 0 = ExpCast always. */
+static void test_expcast_min_keys(vcattn_context *ctx) {
+    const int64_t nks[2] = {1023, 1024};
+    for (int i = 0; i < 2; i++) {
+        case_t t;
+        case_init(&t, 1, 2, 1, 48, nks[i], 64, 1.0f);
+        const size_t bytes = (size_t)(t.hq * t.nq * t.d) * sizeof(float), lse_bytes = (size_t)(t.hq * t.nq) * 4;
+        float *out[3], *lse[3];
+        vcattn_config cfg[3];
+        vcattn_config_from_method("vc", &cfg[0]);
+        vcattn_config_from_method("vc", &cfg[1]);
+        cfg[1].expcast_min_keys = 0;
+        vcattn_config_from_method("vsmooth", &cfg[2]);
+        for (int m = 0; m < 3; m++) {
+            CHECK(run(ctx, &cfg[m], &t, NULL) == VCATTN_OK, "Nk=%lld config %d", (long long)nks[i], m);
+            out[m] = malloc(bytes);
+            lse[m] = malloc(lse_bytes);
+            memcpy(out[m], t.out, bytes);
+            memcpy(lse[m], t.lse, lse_bytes);
+        }
+        const int same_as = nks[i] < 1024 ? 2 : 1, other = 3 - same_as;
+        CHECK(memcmp(out[0], out[same_as], bytes) == 0 && memcmp(lse[0], lse[same_as], lse_bytes) == 0,
+              "Nk=%lld: vc should equal %s to the bit", (long long)nks[i], same_as == 2 ? "vsmooth" : "ExpCast");
+        CHECK(memcmp(out[0], out[other], bytes) != 0, "Nk=%lld: vc should differ from %s", (long long)nks[i],
+              other == 2 ? "vsmooth" : "ExpCast");
+        for (int m = 0; m < 3; m++) { free(out[m]); free(lse[m]); }
+        case_free(&t);
+    }
 }
 
 /* Low-precision outputs hold the float32 result rounded to nearest even, and
@@ -329,6 +362,7 @@ static void test_tiny_values(vcattn_context *ctx) {
                 for (int64_t i = 0; i < 2 * 150 * 64; i++) x[i] *= scales[si];
                 vcattn_config cfg;
                 vcattn_config_from_method(methods[m], &cfg);
+                cfg.expcast_min_keys = 0;  /* vc with ExpCast at 150 keys */
                 vcattn_status st = run(ctx, &cfg, &t, NULL);
                 int finite = 1;
                 for (int64_t i = 0; i < 2 * 150 * 64; i++) finite &= vcattn_isfinite_f32(t.out[i]);
@@ -343,6 +377,7 @@ int main(void) {
     if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return 1;
     test_exact_paths(ctx);
     test_expcast_row_bound(ctx);
+    test_expcast_min_keys(ctx);
     test_layouts_and_gqa(ctx);
     test_determinism(ctx);
     test_output_dtypes_and_guards(ctx);

@@ -164,9 +164,13 @@ static void compare(const shape_t *s, const output_t *a, const output_t *b, cons
     *norm = sqrt(n2);
 }
 
+/* A method's preset with ExpCast at every key count, so that the kernels'
+ * ExpCast path runs at these test sizes (the fallback below
+ * expcast_min_keys has its own test, run_expcast_min_keys). */
 static vcattn_config method_config(const char *m) {
     vcattn_config c;
     vcattn_config_from_method(m, &c);
+    c.expcast_min_keys = 0;
     return c;
 }
 
@@ -547,6 +551,38 @@ static void run_bad_input(vcattn_context *gpu) {
     free_inputs(&in);
 }
 
+/* The presets as shipped: vc below expcast_min_keys keys is vsmooth to the
+ * bit (exp then the cast), from there on it is ExpCast, on the GPU. */
+static void run_expcast_min_keys(vcattn_context *gpu) {
+    static const char *const names[3] = {"vc", "vc, ExpCast always", "vsmooth"};
+    const int64_t nks[2] = {1023, 1024};
+    for (int i = 0; i < 2; i++) {
+        shape_t s = {"expcast_min_keys", 1, 2, 2, 200, nks[i], 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc", 0};
+        inputs_t in;
+        make_inputs(&s, &in);
+        output_t o[3];
+        vcattn_config cfg[3];
+        vcattn_config_from_method("vc", &cfg[0]);
+        vcattn_config_from_method("vc", &cfg[1]);
+        cfg[1].expcast_min_keys = 0;
+        vcattn_config_from_method("vsmooth", &cfg[2]);
+        for (int m = 0; m < 3; m++) {
+            make_output(&s, &o[m]);
+            vcattn_status st = vcattn_attention(gpu, &cfg[m], &in.q, &in.k, &in.v, &o[m].t, o[m].lse, &in.rope, NULL);
+            CHECK(st == VCATTN_OK, "Nk=%lld %s: %s", (long long)nks[i], names[m], vcattn_last_error(gpu));
+        }
+        const size_t bytes = o[0].words * 4, lse_bytes = (size_t)(s.b * s.hq * s.nq) * sizeof(float);
+        const int same_as = nks[i] < 1024 ? 2 : 1, other = 3 - same_as;
+        CHECK(memcmp(o[0].raw, o[same_as].raw, bytes + 8 * GUARD) == 0 &&
+                  memcmp(o[0].lse, o[same_as].lse, lse_bytes) == 0,
+              "Nk=%lld: vc should equal %s to the bit", (long long)nks[i], names[same_as]);
+        CHECK(memcmp(o[0].raw + GUARD, o[other].raw + GUARD, bytes) != 0,
+              "Nk=%lld: vc should differ from %s", (long long)nks[i], names[other]);
+        for (int m = 0; m < 3; m++) { free(o[m].raw); free(o[m].lse); }
+        free_inputs(&in);
+    }
+}
+
 #ifdef VCATTN_WITH_CUDA
 /* Tensors already on the GPU are used in place: same bits as the staged path. */
 static void run_device_resident(vcattn_context *gpu) {
@@ -639,6 +675,7 @@ int main(void) {
     run_schedule(cpu, gpu);
     run_huge_grouping(cpu, gpu);
     run_bad_input(gpu);
+    run_expcast_min_keys(gpu);
 #ifdef VCATTN_WITH_CUDA
     run_device_resident(gpu);
 #endif

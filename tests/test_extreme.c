@@ -1,4 +1,4 @@
-/* Extreme inputs (issue 7): all-equal scores, one key that takes the whole
+/* Extreme inputs: all-equal scores, one key that takes the whole
  * row, all-zero V blocks, a V block that is one outlier, V at the float16
  * and near the float32 maximum, V near the smallest normal and among the
  * subnormals, huge scores, identical value tokens
@@ -137,6 +137,7 @@ static void run_case(vcattn_context *ctx, const char *backend, const extreme_cas
 
     vcattn_config cfg;
     vcattn_config_from_method(method, &cfg);
+    cfg.expcast_min_keys = 0;  /* ExpCast at these few keys too */
     cfg.kmeans_clusters = 8;  /* more than the identical tokens can fill */
     vcattn_status st = vcattn_attention(ctx, &cfg, &t.q, &t.k, &t.v, &t.out, NULL, NULL, NULL);
     int finite = 1;
@@ -195,6 +196,7 @@ static void expect_refused(vcattn_context *ctx, const char *backend, const views
         if (strcmp(backend, "cuda") == 0 && strstr(methods[m], "4bit")) continue;  /* CPU-only method */
         vcattn_config cfg;
         vcattn_config_from_method(methods[m], &cfg);
+        cfg.expcast_min_keys = 0;
         vcattn_status st = vcattn_attention(ctx, &cfg, &t->q, &t->k, &t->v, &t->out, NULL, rope, NULL);
         int untouched = 1;
         for (int64_t i = 0; i < count; i++) untouched &= out[i] == -7.0f;
@@ -249,6 +251,7 @@ static void v_power_of_two(vcattn_context *ctx) {
             for (int i = 0; i < H * N * D; i++) vs[i] = ldexpf(v[i], shifts[si]);
             vcattn_config cfg;
             vcattn_config_from_method(methods[m], &cfg);
+            cfg.expcast_min_keys = 0;
             const views a = make_views(q, k, v, out, NQ, N, D), b = make_views(q, k, vs, outs, NQ, N, D);
             vcattn_status sa = grouped_attention(ctx, &cfg, &a.q, &a.k, &a.v, &a.out, NULL, NULL);
             vcattn_status sb = grouped_attention(ctx, &cfg, &b.q, &b.k, &b.v, &b.out, NULL, NULL);

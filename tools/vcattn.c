@@ -8,6 +8,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -74,6 +75,8 @@ static const char USAGE_RUN[] =
     "                                         value is the V file)\n"
     "  --clusters N   --iters N   --beta X   --sm-scale X (0 = 1/sqrt(D))\n"
     "  --sink-guard X  V-Smooth's sink guard in [0, 1] (0 = off; default 0.25)\n"
+    "  --expcast-min-keys N  ExpCast P from N keys on; fewer keys take exp then\n"
+    "                  the cast (default 1024; 0 = ExpCast always)\n"
     "\n"
     "Options:\n"
     "  --backend cpu|cuda|auto   (default auto)\n"
@@ -272,7 +275,7 @@ typedef struct {
     const char *methods[MAX_EVAL_METHODS];
     int n_methods;                       /* 0: the default list */
     /* switches on top of the method: -1 (floats: NAN) = as the method says */
-    int hadamard, k_smoothing, vsmooth, qk, p, v, clusters, iters, q_smoothing;
+    int hadamard, k_smoothing, vsmooth, qk, p, v, clusters, iters, q_smoothing, expcast_min_keys;
     float beta, sm_scale, sink_guard;
 } options;
 
@@ -281,7 +284,7 @@ typedef enum {
     OPT_SEED, OPT_METHOD, OPT_BACKEND, OPT_DTYPE, OPT_THREADS, OPT_OUT, OPT_HADAMARD,
     OPT_NO_HADAMARD, OPT_K_SMOOTHING, OPT_NO_K_SMOOTHING, OPT_VSMOOTH, OPT_NO_VSMOOTH, OPT_QK,
     OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS, OPT_Q_SMOOTHING, OPT_SINK_GUARD, OPT_SIZE,
-    OPT_DRAWS, OPT_GROUPING, OPT_PROGRESS
+    OPT_DRAWS, OPT_EXPCAST_MIN_KEYS, OPT_GROUPING, OPT_PROGRESS
 } opt_id;
 
 typedef struct {
@@ -310,7 +313,7 @@ static const opt_spec OPTS[] = {
     {"--sink-guard", OPT_SINK_GUARD, 1, 1}, {"--size", OPT_SIZE, 1, 0},
     {"--study", OPT_STUDY, 1, 0},     {"--methods", OPT_METHODS, 1, 0},
     {"--draws", OPT_DRAWS, 1, 0},     {"--grouping", OPT_GROUPING, 1, 0},
-    {"--progress", OPT_PROGRESS, 0, 0},
+    {"--progress", OPT_PROGRESS, 0, 0}, {"--expcast-min-keys", OPT_EXPCAST_MIN_KEYS, 1, 1},
 };
 #define NUM_OPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -413,6 +416,7 @@ static int apply_method_option(options *o, int id, const char *a, const char *va
     case OPT_P: rc = parse_choice(cmd, a, val, P_NAMES, &o->p); break;
     case OPT_CLUSTERS: rc = int_option(cmd, a, val, 1, VCATTN_MAX_KMEANS_CLUSTERS, &o->clusters); break;
     case OPT_ITERS: rc = int_option(cmd, a, val, 1, VCATTN_MAX_KMEANS_ITERS, &o->iters); break;
+    case OPT_EXPCAST_MIN_KEYS: rc = int_option(cmd, a, val, 0, INT_MAX, &o->expcast_min_keys); break;
     case OPT_SINK_GUARD:
         if (!parse_float(val, 0.0, 1.0, 0, &o->sink_guard))
             return usage_error(cmd, "--sink-guard: '%s' is not a number in [0, 1]", val);
@@ -542,6 +546,7 @@ static vcattn_config build_config(const options *o) {
     if (o->v >= 0) c.v_format = (vcattn_v_format)o->v;
     if (o->clusters >= 0) c.kmeans_clusters = o->clusters;
     if (o->iters >= 0) c.kmeans_iters = o->iters;
+    if (o->expcast_min_keys >= 0) c.expcast_min_keys = o->expcast_min_keys;
     if (!isnan(o->beta)) c.expcast_beta = o->beta;
     if (!isnan(o->sink_guard)) c.sink_guard = o->sink_guard;
     if (!isnan(o->sm_scale)) c.sm_scale = o->sm_scale;
@@ -734,27 +739,30 @@ static void json_metrics(const vcattn_metrics *m) {
     printf(", \"nonfinite\": %lld}", (long long)m->nonfinite);
 }
 
-static void json_config(const vcattn_config *c) {
+/* "p" is the format the call applied at tokens_k keys (ExpCast falls back
+ * to the cast below expcast_min_keys). */
+static void json_config(const vcattn_config *c, int64_t tokens_k) {
     /* %.7g: the float32 fields as typed, not their binary expansion; the
      * library keeps them finite. */
     printf("{\"qk\": \"%s\", \"k_smoothing\": %s, \"q_smoothing\": %s, \"hadamard\": %s, \"sm_scale\": %.7g, "
-           "\"p\": \"%s\", \"expcast_beta\": %.7g, \"v\": \"%s\", \"vsmooth\": %s, "
+           "\"p\": \"%s\", \"expcast_beta\": %.7g, \"expcast_min_keys\": %d, \"v\": \"%s\", \"vsmooth\": %s, "
            "\"kmeans_clusters\": %d, \"kmeans_iters\": %d, \"sink_guard\": %.7g}",
            name_of(QK_NAMES, c->qk_format), c->k_smoothing ? "true" : "false", c->q_smoothing ? "true" : "false",
-           c->hadamard ? "true" : "false", c->sm_scale, name_of(P_NAMES, c->p_format),
-           c->expcast_beta, name_of(V_NAMES, c->v_format), c->vsmooth ? "true" : "false",
+           c->hadamard ? "true" : "false", c->sm_scale, name_of(P_NAMES, vcattn_applied_p_format(c, tokens_k)),
+           c->expcast_beta, c->expcast_min_keys, name_of(V_NAMES, c->v_format), c->vsmooth ? "true" : "false",
            c->kmeans_clusters, c->kmeans_iters, c->sink_guard);
 }
 
-static void print_config(const vcattn_config *c) {
-    printf("qk %s, k-smoothing %s, hadamard %s, p %s, v %s, vsmooth %s",
-           name_of(QK_NAMES, c->qk_format), c->k_smoothing ? "on" : "off",
-           c->hadamard ? "on" : "off", name_of(P_NAMES, c->p_format),
-           name_of(V_NAMES, c->v_format), c->vsmooth ? "on" : "off");
+static void print_config(const vcattn_config *c, int64_t tokens_k) {
+    const vcattn_p_format p = vcattn_applied_p_format(c, tokens_k);
+    printf("qk %s, k-smoothing %s, hadamard %s, p %s", name_of(QK_NAMES, c->qk_format),
+           c->k_smoothing ? "on" : "off", c->hadamard ? "on" : "off", name_of(P_NAMES, p));
+    if (p != c->p_format) printf(" (ExpCast from %d keys)", c->expcast_min_keys);
+    printf(", v %s, vsmooth %s", name_of(V_NAMES, c->v_format), c->vsmooth ? "on" : "off");
     if (c->vsmooth && c->kmeans_clusters) printf(" (%d clusters, %d iters)", c->kmeans_clusters, c->kmeans_iters);
     else if (c->vsmooth) printf(" (auto clusters, %d iters)", c->kmeans_iters);
     if (c->vsmooth) printf(", sink guard %.3g", c->sink_guard);
-    if (c->p_format == VCATTN_P_FP8_EXPCAST) printf(", beta %.3g", c->expcast_beta);
+    if (p == VCATTN_P_FP8_EXPCAST) printf(", beta %.3g", c->expcast_beta);
     if (c->sm_scale > 0.0f) printf(", sm_scale %.6g", c->sm_scale);
 }
 
@@ -866,7 +874,7 @@ static int cmd_run(const options *o) {
         json_str(o->method);
         printf(", \"grouping\": \"%s\"", name_of(GROUPING_NAMES, o->stateless));
         printf(", \"config\": ");
-        json_config(&cfg);
+        json_config(&cfg, in.k.tokens);
         printf(", \"source\": ");
         json_str(in.source);
         printf(", \"dtype\": {\"q\": \"%s\", \"k\": \"%s\", \"v\": \"%s\"}, \"shape\": ",
@@ -887,7 +895,7 @@ static int cmd_run(const options *o) {
     } else {
         printf("backend           %s\n", backend);
         printf("method            %s: ", o->method);
-        print_config(&cfg);
+        print_config(&cfg, in.k.tokens);
         if (cfg.vsmooth) printf("; V-Smooth %s", o->stateless ? "in principal order (no layer state)" : "after k-means");
         printf("\ninput             %s, q/k/v %s/%s/%s%s\n", in.source,
                vcattn_dtype_name(in.q.dtype), vcattn_dtype_name(in.k.dtype),
@@ -1410,7 +1418,7 @@ int main(int argc, char **argv) {
     o.method = "vc";
     o.backend = VCATTN_BACKEND_AUTO;
     o.dtype = VCATTN_DTYPE_BF16;
-    o.hadamard = o.k_smoothing = o.vsmooth = o.qk = o.p = o.v = o.clusters = o.iters = -1;
+    o.hadamard = o.k_smoothing = o.vsmooth = o.qk = o.p = o.v = o.clusters = o.iters = o.expcast_min_keys = -1;
     o.beta = o.sm_scale = o.sink_guard = NAN;
     int rc = parse_options(argc, argv, &o);
     if (rc != PROCEED) return rc;

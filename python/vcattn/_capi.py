@@ -45,7 +45,7 @@ class Config(ctypes.Structure):
                 ("group_window", ctypes.c_float), ("group_refresh", ctypes.c_int),
                 ("demean_outside_window", ctypes.c_int), ("check_finite", ctypes.c_int),
                 ("num_threads", ctypes.c_int), ("q_smoothing", ctypes.c_int),
-                ("sink_guard", ctypes.c_float)]
+                ("sink_guard", ctypes.c_float), ("expcast_min_keys", ctypes.c_int)]
 
 
 def find_library():

@@ -236,6 +236,9 @@ static vcattn_status check_config(vcattn_context *ctx, const vcattn_config *c, i
         c->kmeans_warm_iters > VCATTN_MAX_KMEANS_ITERS)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "config: kmeans_iters and kmeans_warm_iters must be in [1, %d]", VCATTN_MAX_KMEANS_ITERS);
+    if (c->expcast_min_keys < 0)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: expcast_min_keys must be >= 0, got %d",
+                           c->expcast_min_keys);
     if (!(c->sink_guard >= 0.0f && c->sink_guard <= 1.0f))
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: sink_guard must be in [0, 1]");
     if (!(c->group_window >= 0.0f && c->group_window <= 1.0f) || c->group_refresh < 1)
@@ -316,7 +319,8 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
 
 void vcattn_resolve_call(const vcattn_config *cfg, const vcattn_tensor *q, const vcattn_tensor *k,
                          vcattn_layer *layer, vcattn_call *call) {
-    call->cfg = cfg;
+    call->cfg = *cfg;
+    call->cfg.p_format = vcattn_applied_p_format(cfg, k->tokens);
     call->batch = q->batch; call->heads_q = q->heads; call->heads_kv = k->heads;
     call->tokens_q = q->tokens; call->tokens_k = k->tokens; call->head_dim = q->head_dim;
     call->sm_scale = vcattn_effective_sm_scale(cfg, q->head_dim);

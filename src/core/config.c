@@ -24,6 +24,7 @@ vcattn_config vcattn_config_default(void) {
     c.check_finite = 1;
     c.num_threads = 0;
     c.sink_guard = 0.25f;
+    c.expcast_min_keys = 1024;
     return c;
 }
 

@@ -62,12 +62,14 @@ typedef struct {
 } vcattn_quantized;
 
 /* One call as the API layer resolves it, once, for whichever backend runs
- * it (vcattn_resolve_call in src/api): the shape, the effective softmax
- * scale, the k-means cluster count and what V-Smooth does. The layer is
+ * it (vcattn_resolve_call in src/api): the config as it applies to this
+ * shape (ExpCast P resolved to exp then cast below expcast_min_keys), the
+ * shape, the effective softmax scale, the k-means cluster count and what
+ * V-Smooth does. The layer is
  * read (REUSE reads its permutation, WARM its centroids), never written by
  * a backend. */
 typedef struct {
-    const vcattn_config *cfg;
+    vcattn_config cfg;
     int64_t batch, heads_q, heads_kv, tokens_q, tokens_k, head_dim;
     float sm_scale;
     int clusters;
@@ -92,6 +94,13 @@ typedef struct {
  * (the one place this default is written; float, as every backend rounds it). */
 static inline float vcattn_effective_sm_scale(const vcattn_config *cfg, int64_t head_dim) {
     return cfg->sm_scale > 0.0f ? cfg->sm_scale : 1.0f / sqrtf((float)head_dim);
+}
+
+/* The P format a call with tokens_k keys uses: ExpCast falls back to exp
+ * then the cast on key sequences shorter than cfg->expcast_min_keys. */
+static inline vcattn_p_format vcattn_applied_p_format(const vcattn_config *cfg, int64_t tokens_k) {
+    return cfg->p_format == VCATTN_P_FP8_EXPCAST && tokens_k < cfg->expcast_min_keys ? VCATTN_P_FP8_CAST
+                                                                                      : cfg->p_format;
 }
 
 /* 1 if head_dim is a power of two (the Hadamard needs one). */

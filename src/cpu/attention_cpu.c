@@ -43,7 +43,7 @@ typedef struct {
 
 static problem problem_of(const vcattn_call *call) {
     problem p = {0};
-    p.cfg = call->cfg;
+    p.cfg = &call->cfg;
     p.batch = call->batch; p.hq = call->heads_q; p.hkv = call->heads_kv;
     p.nq = call->tokens_q; p.nk = call->tokens_k; p.d = call->head_dim;
     p.sm_scale = call->sm_scale;
@@ -338,7 +338,7 @@ static void free_problem(problem *p) {
 vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
                             const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_tensor *out,
                             float *lse, const vcattn_rope *rope, vcattn_new_grouping *grouping) {
-    const vcattn_config *cfg = call->cfg;
+    const vcattn_config *cfg = &call->cfg;
     problem p = problem_of(call);
     const int64_t nkv = p.batch * p.hkv, nqh = p.batch * p.hq;
     const int threads = thread_count(cfg);
@@ -448,7 +448,7 @@ done:
 vcattn_status cpu_quantize_for_test(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
                                     const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_rope *rope,
                                     vcattn_quantized *out) {
-    const vcattn_config *cfg = call->cfg;
+    const vcattn_config *cfg = &call->cfg;
     if (cfg->qk_format != VCATTN_QK_INT8 || cfg->v_format != VCATTN_V_FP8_CHANNEL)
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG, "quantize for test: INT8 Q/K and FP8 V only");
     problem p = problem_of(call);

@@ -435,7 +435,7 @@ vcattn_status check_flag(call_state &cs, const vcattn_config *cfg, const operand
 extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
                                         const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_tensor *out,
                                         float *lse, const vcattn_rope *rope, vcattn_new_grouping *grouping) {
-    const vcattn_config *cfg = call->cfg;
+    const vcattn_config *cfg = &call->cfg;
     vcattn_layer *layer = call->layer;
     const call_shape c = shape_of(call);
     call_state cs = {};
@@ -525,7 +525,7 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
                                                 const vcattn_tensor *q, const vcattn_tensor *k,
                                                 const vcattn_tensor *v, const vcattn_rope *rope,
                                                 vcattn_quantized *out) {
-    const vcattn_config *cfg = call->cfg;
+    const vcattn_config *cfg = &call->cfg;
     vcattn_layer *layer = call->layer;
     const call_shape c = shape_of(call);
     call_state cs = {};

@@ -231,6 +231,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (take(&in, 8) == 0) cfg.sink_guard = 0.5f * (float)take(&in, 4) - 0.25f;  /* -0.25 and 1.25 are invalid */
     if (take(&in, 8) == 0) cfg.kmeans_clusters = (int)take(&in, 40);
     if (take(&in, 8) == 0) cfg.sm_scale = (float)take(&in, 4) - 1.0f;   /* -1 is invalid */
+    /* mostly ExpCast at every length (the fuzzed shapes are short); -1 is invalid */
+    cfg.expcast_min_keys = take(&in, 8) == 0 ? (int)take(&in, 4) * 100 - 1 : 0;
 
     static const int64_t dims[] = {8, 16, 32, 64, 128, 0, 7, 136};
     const int64_t d = dims[take(&in, 8)];
