@@ -115,6 +115,12 @@ check "run --methods" 2 "--methods belongs to eval" -- run --methods sage2
 check "eval --q-smoothing" 0 '"q_smoothing": true' -- run --workload tiny --method vc --q-smoothing --backend cpu --json
 check "run --sink-guard" 0 '"sink_guard": 0' -- run --workload tiny --sink-guard 0 --backend cpu --json
 check "run --sink-guard out of range" 2 "--sink-guard" -- run --workload tiny --sink-guard 2
+check "run: ExpCast falls back below 1024 keys" 0 "p fp8-cast (ExpCast from 1024 keys)" -- \
+    run --workload tiny --backend cpu
+check "run --expcast-min-keys 0" 0 '"p": "expcast"' '"expcast_min_keys": 0' -- \
+    run --workload tiny --expcast-min-keys 0 --backend cpu --json
+check "run --expcast-min-keys -1" 2 "--expcast-min-keys: '-1' is not an integer in [0," -- \
+    run --workload tiny --expcast-min-keys -1
 check "run --iters past the bound" 2 "--iters: '1001' is not an integer in [1, 1000]" -- run --iters 1001
 check "run --threads past the bound" 2 "--threads: '100000'" -- run --threads 100000
 check "run --sm-scale past the bound" 2 "--sm-scale: '1e30'" -- run --sm-scale 1e30

@@ -66,6 +66,11 @@ check(np.array_equal(vcattn.attention(q, k, v, method="vc", hadamard=1), out_h),
 check(np.array_equal(vcattn.attention(q, k, v, config=vcattn.config("vc+hadamard")), out_h), "config= Config")
 check(np.array_equal(vcattn.attention(q, k, v, config={"hadamard": 1}), out_h), "config= mapping")
 check(rel(vcattn.attention(q, k, v, method="vc", sink_guard=0.9), ref) < 0.06, "sink_guard keyword")
+# 200 keys: vc takes exp then the cast (as vsmooth) unless ExpCast is forced
+check(np.array_equal(vcattn.attention(q, k, v), vcattn.attention(q, k, v, method="vsmooth")),
+      "vc below expcast_min_keys equals vsmooth")
+out_ec = vcattn.attention(q, k, v, expcast_min_keys=0)
+check(not np.array_equal(out_ec, out_hnd) and rel(out_ec, ref) < 0.06, "expcast_min_keys=0 keyword")
 check(np.array_equal(vcattn.attention(q, k, v, method="bf16", scale=0.05), out_scaled), "scale alias")
 check(np.array_equal(vcattn.attention(q, k, v, config=vcattn.config("bf16", sm_scale=0.05)), out_scaled),
       "sm_scale from config=")
