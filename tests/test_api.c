@@ -303,6 +303,7 @@ static void test_objects(void) {
     vcattn_config d = vcattn_config_default(), vc;
     vcattn_config_from_method("vc", &vc);
     CHECK(memcmp(&d, &vc, sizeof d) == 0, "the default is the vc method");
+    CHECK(d.expcast_min_keys == 1024, "ExpCast from 1024 keys by default (vcattn.h), got %d", d.expcast_min_keys);
 
     vcattn_context *ctx = NULL;
     CHECK(vcattn_create(NULL, VCATTN_BACKEND_CPU) == VCATTN_ERR_NULL_POINTER, "create(NULL)");

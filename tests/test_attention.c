@@ -248,10 +248,7 @@ static void test_expcast_min_keys(vcattn_context *ctx) {
         const size_t bytes = (size_t)(t.hq * t.nq * t.d) * sizeof(float), lse_bytes = (size_t)(t.hq * t.nq) * 4;
         float *out[3], *lse[3];
         vcattn_config cfg[3];
-        vcattn_config_from_method("vc", &cfg[0]);
-        vcattn_config_from_method("vc", &cfg[1]);
-        cfg[1].expcast_min_keys = 0;
-        vcattn_config_from_method("vsmooth", &cfg[2]);
+        const int same_as = expcast_boundary_configs(nks[i], cfg), other = 3 - same_as;
         for (int m = 0; m < 3; m++) {
             CHECK(run(ctx, &cfg[m], &t, NULL) == VCATTN_OK, "Nk=%lld config %d", (long long)nks[i], m);
             out[m] = malloc(bytes);
@@ -259,7 +256,6 @@ static void test_expcast_min_keys(vcattn_context *ctx) {
             memcpy(out[m], t.out, bytes);
             memcpy(lse[m], t.lse, lse_bytes);
         }
-        const int same_as = nks[i] < 1024 ? 2 : 1, other = 3 - same_as;
         CHECK(memcmp(out[0], out[same_as], bytes) == 0 && memcmp(lse[0], lse[same_as], lse_bytes) == 0,
               "Nk=%lld: vc should equal %s to the bit", (long long)nks[i], same_as == 2 ? "vsmooth" : "ExpCast");
         CHECK(memcmp(out[0], out[other], bytes) != 0, "Nk=%lld: vc should differ from %s", (long long)nks[i],

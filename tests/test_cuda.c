@@ -562,17 +562,13 @@ static void run_expcast_min_keys(vcattn_context *gpu) {
         make_inputs(&s, &in);
         output_t o[3];
         vcattn_config cfg[3];
-        vcattn_config_from_method("vc", &cfg[0]);
-        vcattn_config_from_method("vc", &cfg[1]);
-        cfg[1].expcast_min_keys = 0;
-        vcattn_config_from_method("vsmooth", &cfg[2]);
+        const int same_as = expcast_boundary_configs(nks[i], cfg), other = 3 - same_as;
         for (int m = 0; m < 3; m++) {
             make_output(&s, &o[m]);
             vcattn_status st = vcattn_attention(gpu, &cfg[m], &in.q, &in.k, &in.v, &o[m].t, o[m].lse, &in.rope, NULL);
             CHECK(st == VCATTN_OK, "Nk=%lld %s: %s", (long long)nks[i], names[m], vcattn_last_error(gpu));
         }
         const size_t bytes = o[0].words * 4, lse_bytes = (size_t)(s.b * s.hq * s.nq) * sizeof(float);
-        const int same_as = nks[i] < 1024 ? 2 : 1, other = 3 - same_as;
         CHECK(memcmp(o[0].raw, o[same_as].raw, bytes + 8 * GUARD) == 0 &&
                   memcmp(o[0].lse, o[same_as].lse, lse_bytes) == 0,
               "Nk=%lld: vc should equal %s to the bit", (long long)nks[i], names[same_as]);

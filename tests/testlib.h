@@ -50,7 +50,7 @@ static inline int tl_finish(const char *name) {
 
 /* A call on a grouping step: V-Smooth (if on) groups by k-means from a cold
  * start, through a fresh one-step layer, as the method is defined; a call
- * without a layer keeps the tokens' order instead. */
+ * without a layer sorts along the values' principal direction instead. */
 static inline vcattn_status grouped_attention(vcattn_context *ctx, const vcattn_config *cfg, const vcattn_tensor *q,
                                               const vcattn_tensor *k, const vcattn_tensor *v,
                                               const vcattn_tensor *out, float *lse, const vcattn_rope *rope) {
@@ -59,6 +59,17 @@ static inline vcattn_status grouped_attention(vcattn_context *ctx, const vcattn_
     if (st == VCATTN_OK) st = vcattn_attention(ctx, cfg, q, k, v, out, lse, rope, layer);
     vcattn_layer_destroy(layer);
     return st;
+}
+
+/* The expcast_min_keys boundary: cfg gets vc as shipped, vc with ExpCast at
+ * every length, and vsmooth; returns which of the last two vc must equal to
+ * the bit at nk keys (the other must differ). */
+static inline int expcast_boundary_configs(int64_t nk, vcattn_config cfg[3]) {
+    vcattn_config_from_method("vc", &cfg[0]);
+    cfg[1] = cfg[0];
+    cfg[1].expcast_min_keys = 0;
+    vcattn_config_from_method("vsmooth", &cfg[2]);
+    return nk < cfg[0].expcast_min_keys ? 2 : 1;
 }
 
 #endif
