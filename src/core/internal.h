@@ -65,9 +65,8 @@ typedef struct {
  * it (vcattn_resolve_call in src/api): the config as it applies to this
  * shape (ExpCast P resolved to exp then cast below expcast_min_keys), the
  * shape, the effective softmax scale, the k-means cluster count and what
- * V-Smooth does. The layer is
- * read (REUSE reads its permutation, WARM its centroids), never written by
- * a backend. */
+ * V-Smooth does. The layer is read (REUSE reads its permutation, WARM its
+ * centroids), never written by a backend. */
 typedef struct {
     vcattn_config cfg;
     int64_t batch, heads_q, heads_kv, tokens_q, tokens_k, head_dim;
