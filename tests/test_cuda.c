@@ -634,6 +634,7 @@ int main(void) {
         {"strided rows", 1, 3, 3, 640, 333, 128, 0, 8, VCATTN_DTYPE_BF16, 0, NULL, 0},
         {"D=64 B=2 NHD", 2, 4, 4, 1000, 1000, 64, 1, 0, VCATTN_DTYPE_BF16, 1, NULL, 0},
         {"D=64 N=17", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, NULL, 0},
+        {"D=64 Nk=8300: the device-wide sort", 1, 2, 2, 256, 8300, 64, 0, 0, VCATTN_DTYPE_BF16, 0, NULL, 0},
         {"B=2 H=33000: grid.y > 65535", 2, 33000, 33000, 8, 8, 64, 0, 0, VCATTN_DTYPE_BF16, 0, NULL, 0},
         {"sink tokens", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL, V_SINKS},
         {"flat heads", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL, V_FLAT},

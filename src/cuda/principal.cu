@@ -2,8 +2,9 @@
 // their projection on the top principal direction of the centred rows
 // (vsmooth.h states the arithmetic). Three reads of V: the mean, the Gram
 // matrix of the centred rows on tensor cores, the keys; the power steps run
-// on the D x D matrix, and one stable radix sort of (head, key) orders every
-// head at once. The CPU's vsmooth_principal_order makes the same steps in
+// on the D x D matrix; heads of up to 8192 tokens are sorted one block per
+// head in shared memory, longer ones by one stable radix sort of (head, key)
+// over every head at once. The CPU's vsmooth_principal_order makes the same steps in
 // double, so the permutations agree to rounding: keys within rounding of
 // each other may swap.
 #include "kernels.h"
@@ -356,6 +357,55 @@ int sort_end_bit(int heads) {
     return VSMOOTH_PRINCIPAL_KEY_BITS + bits;
 }
 
+// Heads of up to kHeadSortMax tokens: one block per head sorts the words
+// (key bits << 32 | token) in shared memory, bitonic. The token breaks ties,
+// so the order is the radix sort's below (equal keys keep the token order),
+// in one launch instead of that sort's six kernels and memset.
+constexpr int kHeadSortMax = 8192;  // 64 KB of words
+constexpr int kHeadSortThreads = 1024;
+
+int head_sort_size(int tokens) {  // the power of two the words are padded to
+    int n = 2;
+    while (n < tokens) n <<= 1;
+    return n;
+}
+
+template <typename Key>
+__global__ void __launch_bounds__(kHeadSortThreads) principal_head_sort_kernel(const Key *keys, int tokens,
+                                                                               int padded, int32_t *perm) {
+    extern __shared__ uint64_t words[];
+    const int64_t head = blockIdx.x;
+    constexpr Key kKeyMask = ((Key)1 << VSMOOTH_PRINCIPAL_KEY_BITS) - 1;  // the head's bits dropped
+    for (int i = threadIdx.x; i < padded; i += blockDim.x)
+        words[i] = i < tokens ? (uint64_t)(keys[head * tokens + i] & kKeyMask) << 32 | (uint32_t)i : ~0ull;
+    __syncthreads();
+    for (int k = 2; k <= padded; k <<= 1)
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int p = threadIdx.x; p < padded / 2; p += blockDim.x) {
+                const int i = 2 * p - (p & (j - 1)), l = i + j;  // pair p of stride j
+                const uint64_t a = words[i], b = words[l];
+                if ((a > b) == ((i & k) == 0)) {
+                    words[i] = b;
+                    words[l] = a;
+                }
+            }
+            __syncthreads();
+        }
+    for (int i = threadIdx.x; i < tokens; i += blockDim.x) perm[head * tokens + i] = (int32_t)(uint32_t)words[i];
+}
+
+template <typename Key>
+cudaError_t head_sort(const principal_workspace &w, int32_t *perm, int heads, int tokens, cudaStream_t stream) {
+    const int padded = head_sort_size(tokens), threads = min(kHeadSortThreads, max(32, padded / 2));
+    const size_t smem = (size_t)padded * sizeof(uint64_t);
+    cudaError_t err = cudaFuncSetAttribute(principal_head_sort_kernel<Key>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) return err;
+    principal_head_sort_kernel<Key><<<heads, threads, smem, stream>>>(static_cast<const Key *>(w.keys), tokens,
+                                                                      padded, perm);
+    return cudaGetLastError();
+}
+
 // LSD radix sort: stable, so equal keys keep the token order. The values
 // are indices within the head: perm comes out in place. With temp NULL,
 // *bytes gets the scratch size.
@@ -377,6 +427,7 @@ int principal_splits(int heads, int tokens) {
 }
 
 size_t principal_sort_bytes(int heads, int tokens) {
+    if (tokens <= kHeadSortMax) return 0;  // sorted in shared memory
     size_t bytes = 0;
     principal_workspace none = {};
     if (wide_keys(heads)) sort_keys<uint64_t>(nullptr, &bytes, none, nullptr, heads, tokens, 0);
@@ -394,6 +445,9 @@ cudaError_t principal_order(const dev_tensor &v, const quant_common &c, const pr
     else wide ? launch_passes<128, uint64_t>(v, c, w, splits, stream) : launch_passes<128, uint32_t>(v, c, w, splits, stream);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
+    if (c.tokens <= kHeadSortMax)
+        return wide ? head_sort<uint64_t>(w, perm, heads, c.tokens, stream)
+                    : head_sort<uint32_t>(w, perm, heads, c.tokens, stream);
     size_t bytes = w.sort_bytes;
     return wide ? sort_keys<uint64_t>(w.sort_temp, &bytes, w, perm, heads, c.tokens, stream)
                 : sort_keys<uint32_t>(w.sort_temp, &bytes, w, perm, heads, c.tokens, stream);
