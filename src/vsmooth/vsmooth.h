@@ -85,11 +85,11 @@ void vsmooth_argsort_labels(const int32_t *labels, int64_t n, int k, int32_t *pe
 #define VSMOOTH_PRINCIPAL_ITERS 4
 vcattn_status vsmooth_principal_order(const float *x, int64_t n, int64_t d, int32_t *perm);
 
-/* A float key as the unsigned integer whose order is the radix sort's
- * (negative values with every bit flipped, the others with the sign
- * flipped), its top VSMOOTH_PRINCIPAL_KEY_BITS kept: sign, exponent and 15
- * mantissa bits. Keys equal to that precision keep the token order; the GPU
- * then sorts up to 256 heads at once with 32-bit keys. */
+/* A float key as the unsigned integer whose order is the float's (negative
+ * values with every bit flipped, the others with the sign flipped), its top
+ * VSMOOTH_PRINCIPAL_KEY_BITS kept: sign, exponent and 15 mantissa bits.
+ * Keys equal to that precision keep the token order; the GPU's device-wide
+ * radix sort then orders up to 256 heads at once with 32-bit keys. */
 #define VSMOOTH_PRINCIPAL_KEY_BITS 24
 VCATTN_HD uint32_t vsmooth_principal_key_bits(float key) {
     uint32_t u;
