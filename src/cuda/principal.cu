@@ -2,9 +2,9 @@
 // their projection on the top principal direction of the centred rows
 // (vsmooth.h states the arithmetic). Three reads of V: the mean, the Gram
 // matrix of the centred rows on tensor cores, the keys; the power steps run
-// on the D x D matrix; heads of up to 8192 tokens are sorted one block per
-// head in shared memory, longer ones by one stable radix sort of (head, key)
-// over every head at once. The CPU's vsmooth_principal_order makes the same steps in
+// on the D x D matrix; heads of up to 8192 tokens are radix-sorted one block
+// per head, longer ones by one stable radix sort of (head, key) over every
+// head at once. The CPU's vsmooth_principal_order makes the same steps in
 // double, so the permutations agree to rounding: keys within rounding of
 // each other may swap.
 #include "kernels.h"
@@ -12,6 +12,7 @@
 #include "../formats/e4m3.h"
 #include "../vsmooth/vsmooth.h"
 
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <mma.h>
 
@@ -357,52 +358,40 @@ int sort_end_bit(int heads) {
     return VSMOOTH_PRINCIPAL_KEY_BITS + bits;
 }
 
-// Heads of up to kHeadSortMax tokens: one block per head sorts the words
-// (key bits << 32 | token) in shared memory, bitonic. The token breaks ties,
-// so the order is the radix sort's below (equal keys keep the token order),
-// in one launch instead of that sort's six kernels and memset.
-constexpr int kHeadSortMax = 8192;  // 64 KB of words
-constexpr int kHeadSortThreads = 1024;
+// Heads of up to kHeadSortMax tokens: one block per head radix-sorts its
+// keys' bits with the token as the value (cub::BlockRadixSort, stable like
+// the device-wide sort below, so equal keys keep the token order), in one
+// launch instead of that sort's six kernels and memset.
+constexpr int kHeadSortItems = 8;
+constexpr int kHeadSortMax = 1024 * kHeadSortItems;
 
-int head_sort_size(int tokens) {  // the power of two the words are padded to
-    int n = 2;
-    while (n < tokens) n <<= 1;
-    return n;
-}
-
-template <typename Key>
-__global__ void __launch_bounds__(kHeadSortThreads) principal_head_sort_kernel(const Key *keys, int tokens,
-                                                                               int padded, int32_t *perm) {
-    extern __shared__ uint64_t words[];
+template <typename Key, int kBlock>
+__global__ void __launch_bounds__(kBlock) principal_head_sort_kernel(const Key *keys, int tokens, int32_t *perm) {
+    using Sort = cub::BlockRadixSort<uint32_t, kBlock, kHeadSortItems, int32_t>;
+    __shared__ typename Sort::TempStorage temp;
+    constexpr uint32_t kKeyMask = (1u << VSMOOTH_PRINCIPAL_KEY_BITS) - 1;  // the head's bits dropped
     const int64_t head = blockIdx.x;
-    constexpr Key kKeyMask = ((Key)1 << VSMOOTH_PRINCIPAL_KEY_BITS) - 1;  // the head's bits dropped
-    for (int i = threadIdx.x; i < padded; i += blockDim.x)
-        words[i] = i < tokens ? (uint64_t)(keys[head * tokens + i] & kKeyMask) << 32 | (uint32_t)i : ~0ull;
-    __syncthreads();
-    for (int k = 2; k <= padded; k <<= 1)
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            for (int p = threadIdx.x; p < padded / 2; p += blockDim.x) {
-                const int i = 2 * p - (p & (j - 1)), l = i + j;  // pair p of stride j
-                const uint64_t a = words[i], b = words[l];
-                if ((a > b) == ((i & k) == 0)) {
-                    words[i] = b;
-                    words[l] = a;
-                }
-            }
-            __syncthreads();
-        }
-    for (int i = threadIdx.x; i < tokens; i += blockDim.x) perm[head * tokens + i] = (int32_t)(uint32_t)words[i];
+    uint32_t key[kHeadSortItems];
+    int32_t token[kHeadSortItems];
+    for (int i = 0; i < kHeadSortItems; i++) {  // blocked: thread t holds tokens t*items.. in order
+        const int n = threadIdx.x * kHeadSortItems + i;
+        key[i] = n < tokens ? (uint32_t)(keys[head * tokens + n] & kKeyMask) : kKeyMask;  // padding sorts last
+        token[i] = n;
+    }
+    Sort(temp).SortBlockedToStriped(key, token, 0, VSMOOTH_PRINCIPAL_KEY_BITS);
+    for (int i = 0; i < kHeadSortItems; i++) {
+        const int r = i * kBlock + threadIdx.x;
+        if (r < tokens) perm[head * tokens + r] = token[i];
+    }
 }
 
 template <typename Key>
 cudaError_t head_sort(const principal_workspace &w, int32_t *perm, int heads, int tokens, cudaStream_t stream) {
-    const int padded = head_sort_size(tokens), threads = min(kHeadSortThreads, max(32, padded / 2));
-    const size_t smem = (size_t)padded * sizeof(uint64_t);
-    cudaError_t err = cudaFuncSetAttribute(principal_head_sort_kernel<Key>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err != cudaSuccess) return err;
-    principal_head_sort_kernel<Key><<<heads, threads, smem, stream>>>(static_cast<const Key *>(w.keys), tokens,
-                                                                      padded, perm);
+    const Key *keys = static_cast<const Key *>(w.keys);
+    if (tokens <= 256 * kHeadSortItems)
+        principal_head_sort_kernel<Key, 256><<<heads, 256, 0, stream>>>(keys, tokens, perm);
+    else
+        principal_head_sort_kernel<Key, 1024><<<heads, 1024, 0, stream>>>(keys, tokens, perm);
     return cudaGetLastError();
 }
 
@@ -427,7 +416,7 @@ int principal_splits(int heads, int tokens) {
 }
 
 size_t principal_sort_bytes(int heads, int tokens) {
-    if (tokens <= kHeadSortMax) return 0;  // sorted in shared memory
+    if (tokens <= kHeadSortMax) return 0;  // one block per head
     size_t bytes = 0;
     principal_workspace none = {};
     if (wide_keys(heads)) sort_keys<uint64_t>(nullptr, &bytes, none, nullptr, heads, tokens, 0);
