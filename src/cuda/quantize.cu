@@ -436,14 +436,19 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     __syncthreads();
     int sink = 0, on_grid = 1;
     if (a.demean && threadIdx.x < count) {  // four chains over i mod 4, as the CPU
-        const float *x = rows + threadIdx.x * ld;
+        // 16-byte loads: one thread per row at a stride of d + 4 floats is
+        // conflict-free in 16-byte units (4-way bank conflicts as floats)
+        const float4 *x = reinterpret_cast<const float4 *>(rows + threadIdx.x * ld);
         double e[4] = {0.0, 0.0, 0.0, 0.0};
-        for (int i = 0; i < d; i += 4)
+        for (int i = 0; i < d; i += 4) {
+            const float4 q = x[i / 4];
+            const float xs[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                e[c] += (double)x[i + c] * (double)x[i + c];
-                if (on_grid) on_grid = vcattn_e4m3_exact_at(x[i + c], fmaxf(fabsf(hi_s[i + c]), fabsf(lo_s[i + c])));
+                e[c] += (double)xs[c] * (double)xs[c];
+                if (on_grid) on_grid = vcattn_e4m3_exact_at(xs[c], fmaxf(fabsf(hi_s[i + c]), fabsf(lo_s[i + c])));
             }
+        }
         const double energy = (e[0] + e[1]) + (e[2] + e[3]);
         energy_s[threadIdx.x] = energy;
         sink = a.sink_guard > 0.0f && energy < (double)a.sink_guard * (double)a.sink_guard * mean2_s;
