@@ -109,6 +109,7 @@ static const captured_case CAPTURED[] = {
 
 static void captured_layer(vcattn_context *ctx, const captured_case *cc) {
     static const char *const methods[5] = {"sage2", "vsmooth", "vc", "vc, ExpCast always", "vc drop-in"};
+    static const char *const presets[5] = {"sage2", "vsmooth", "vc", "vc", "vc"};
     npy_array a[3] = {{0}};
     vcattn_tensor t[3];
     char path[256], err[256];
@@ -130,7 +131,7 @@ static void captured_layer(vcattn_context *ctx, const captured_case *cc) {
         double err[5];
         for (int m = 0; m < 5; m++) {
             vcattn_config c;
-            vcattn_config_from_method(m == 1 ? "vsmooth" : m == 0 ? "sage2" : "vc", &c);
+            vcattn_config_from_method(presets[m], &c);
             if (m == 3) c.expcast_min_keys = 0;
             vcattn_status st = m == 4 ? vcattn_attention(ctx, &c, &t[0], &t[1], &t[2], &to, NULL, NULL, NULL)
                                       : grouped_attention(ctx, &c, &t[0], &t[1], &t[2], &to, NULL, NULL);

@@ -363,7 +363,8 @@ int sort_end_bit(int heads) {
 // the device-wide sort below, so equal keys keep the token order), in one
 // launch instead of that sort's six kernels and memset.
 constexpr int kHeadSortItems = 8;
-constexpr int kHeadSortMax = 1024 * kHeadSortItems;
+constexpr int kHeadSortSmall = 256, kHeadSortLarge = 1024;  // block sizes: up to 2048 tokens, then 8192
+constexpr int kHeadSortMax = kHeadSortLarge * kHeadSortItems;
 
 template <typename Key, int kBlock>
 __global__ void __launch_bounds__(kBlock) principal_head_sort_kernel(const Key *keys, int tokens, int32_t *perm) {
@@ -388,10 +389,10 @@ __global__ void __launch_bounds__(kBlock) principal_head_sort_kernel(const Key *
 template <typename Key>
 cudaError_t head_sort(const principal_workspace &w, int32_t *perm, int heads, int tokens, cudaStream_t stream) {
     const Key *keys = static_cast<const Key *>(w.keys);
-    if (tokens <= 256 * kHeadSortItems)
-        principal_head_sort_kernel<Key, 256><<<heads, 256, 0, stream>>>(keys, tokens, perm);
+    if (tokens <= kHeadSortSmall * kHeadSortItems)
+        principal_head_sort_kernel<Key, kHeadSortSmall><<<heads, kHeadSortSmall, 0, stream>>>(keys, tokens, perm);
     else
-        principal_head_sort_kernel<Key, 1024><<<heads, 1024, 0, stream>>>(keys, tokens, perm);
+        principal_head_sort_kernel<Key, kHeadSortLarge><<<heads, kHeadSortLarge, 0, stream>>>(keys, tokens, perm);
     return cudaGetLastError();
 }
 
