@@ -2,6 +2,7 @@
 with torch.library.custom_op and a fake implementation, so torch.compile
 traces it as one opaque node; runs on the current stream of q's device."""
 import ctypes
+from typing import Optional
 
 import torch
 
@@ -19,16 +20,14 @@ def _desc(t, layout):
     return (t.data_ptr(), _DTYPES[t.dtype], (b, y, x, d), (sb, sy, sx))
 
 
-@torch.library.custom_op("vcattn::attention", mutates_args=())
-def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, sm_scale: float,
-                 method: str, switches: str, layer: torch.Tensor, check_finite: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def run(q, k, v, layout, sm_scale, method, switches, layer, check_finite):
+    """The op's body, at run time (never traced): the C call on q's device and
+    current stream. switches: {field: value}; layer: a C layer handle or None."""
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     b, hq, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "HND" else (q.shape[0], q.shape[2], q.shape[1])
     lse = torch.empty((b, hq, nq), dtype=torch.float32, device=q.device)
-    cfg = _core.config(method, sm_scale if sm_scale > 0 else None, check_finite,
-                       **_core.decode_switches(switches))
-    layer = _core.layer_of(*(int(x) for x in layer.tolist()))
+    cfg = _core.config(method, sm_scale if sm_scale > 0 else None, check_finite, **switches)
     if q.is_cuda:
         ctx = _core._context(_capi.BACKEND_CUDA)
         with torch.cuda.device(q.device):
@@ -42,23 +41,40 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     return out, lse
 
 
-@attention_op.register_fake
-def _(q, k, v, layout, sm_scale, method, switches, layer, check_finite):
+def fake_outputs(q, layout):
+    """The (out, lse) a call returns, as empty tensors of the right shapes (fake implementations)."""
     b, hq, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "HND" else (q.shape[0], q.shape[2], q.shape[1])
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             q.new_empty((b, hq, nq), dtype=torch.float32))
 
 
+@torch.library.custom_op("vcattn::attention", mutates_args=())
+def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, sm_scale: float,
+                 method: str, switches: str, layer: Optional[torch.Tensor],
+                 check_finite: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    handle = _core.layer_of(*(int(x) for x in layer.tolist())) if layer is not None else None
+    return run(q, k, v, layout, sm_scale, method, _core.decode_switches(switches), handle, check_finite)
+
+
+@attention_op.register_fake
+def _(q, k, v, layout, sm_scale, method, switches, layer, check_finite):
+    return fake_outputs(q, layout)
+
+
 def _layer_token(state):
-    """The state's (id, num_inference_steps, step) tensor, the op's input."""
-    if state is None:
-        return torch.zeros(3, dtype=torch.int64)
+    """The state's (id, num_inference_steps, step) tensor, the op's input (None without a state)."""
+    if state is None:  # no tensor at all: a graph without a CPU input stays fit for CUDA graphs
+        return None
     if state._token is None:  # made before torch was loaded
         state._token = torch.tensor([state.id, state.num_inference_steps, state.step], dtype=torch.int64)
     return state._token
 
 
-def attention(q, k, v, tensor_layout, sm_scale, method, state, check_finite, switches):
+def prepare(q, k, v, sm_scale):
+    """Checks what a call's tensors must satisfy (from their metadata alone,
+    so it traces without a guard on values) and zero-pads a head dim the GPU
+    lacks. Returns (q, k, v, scale, d): d the caller's head dim, to cut the
+    output back to."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         raise RuntimeError("vcattn: inference only (there is no backward): q, k or v requires grad; call it "
                            "under torch.no_grad() or torch.inference_mode(), or pass detached tensors")
@@ -70,17 +86,18 @@ def attention(q, k, v, tensor_layout, sm_scale, method, state, check_finite, swi
     if q.device.type not in ("cpu", "cuda"):
         raise ValueError("vcattn: tensors on %s are not supported (cpu or cuda)" % (q.device,))
     d = q.shape[-1]
-    scale = sm_scale if sm_scale is not None else d ** -0.5
-    pad = 0
+    scale = float(sm_scale if sm_scale is not None else d ** -0.5)
     if q.is_cuda and d not in _core._GPU_HEAD_DIMS:
         if d > max(_core._GPU_HEAD_DIMS) or d % 8:
             raise ValueError("vcattn: head dim %d unsupported on the GPU (64 and 128; smaller multiples of 8 "
                              "are zero-padded)" % d)
         pad = min(x for x in _core._GPU_HEAD_DIMS if x > d) - d
         q, k, v = (torch.nn.functional.pad(t, (0, pad)) for t in (q, k, v))
-    out, lse = torch.ops.vcattn.attention(q, k, v, tensor_layout, float(scale), method,
-                                          _core.encode_switches(switches),
+    return q, k, v, scale, d
+
+
+def attention(q, k, v, tensor_layout, sm_scale, method, state, check_finite, switches):
+    q, k, v, scale, d = prepare(q, k, v, sm_scale)
+    out, lse = torch.ops.vcattn.attention(q, k, v, tensor_layout, scale, method, _core.encode_switches(switches),
                                           _layer_token(state), bool(check_finite))
-    if pad:
-        out = out[..., :d]
-    return out, lse
+    return (out[..., :d] if out.shape[-1] != d else out), lse

@@ -16,12 +16,23 @@ its backend registry, so `transformer.set_attention_backend("vcattn")` and
 state, so V-Smooth groups each call along the values' principal direction
 (the drop-in call: fast, without k-means grouping). `enable` and
 `set_backend` add what the grouping schedule needs: a LayerState per
-attention module (found by module hooks, no user code) and the denoising
-step, read from the pipeline (its scheduler's timesteps: any number of steps,
-a new `set_timesteps` is a new generation) and from the timestep the
-transformer receives (a new value is a new step; per-token timestep tensors
-count by their values). The passes of one step (classifier-free guidance run
-as two calls) share one grouping: a refresh step groups once.
+attention call of the transformer's forward (the n-th vcattn call of every
+forward is one layer, no user code) and the denoising step, read from the
+pipeline (its scheduler's timesteps: any number of steps, a new
+`set_timesteps` is a new generation) and from the timestep the transformer
+receives (a new value is a new step; per-token timestep tensors count by
+their values). The passes of one step (classifier-free guidance run as two
+calls) share one grouping: a refresh step groups once.
+
+torch.compile: both ways compile into the graphs diffusers' native backend
+gives (`torch.compile(transformer, fullgraph=True)`, or
+`transformer.compile_repeated_blocks(fullgraph=True)`), with no recompile
+from step to step. The traced code reads only shapes and flags and calls
+custom ops; the layer, the step and the grouping plan are found when the ops
+run (the transformer's forward hands its timestep to one), so one graph
+serves every block and every step. Route counters (`stats`) count calls to
+the kernel when the ops run; SDPA routes are counted in eager calls only,
+and the one-time warnings are given in eager calls only.
 
 What runs where:
 - self-attention and joint text+video attention (query and key of one length): vcattn;
@@ -35,23 +46,35 @@ What runs where:
 """
 import collections
 import ctypes
+import functools
 import inspect
+import itertools
 import threading
 import warnings
+from typing import Optional
 
 import torch
 
 from . import _core, _torch_op
 
-NAME = "vcattn"           # the backend's name in diffusers
+NAME = "vcattn"           # the drop-in backend's name in diffusers
 _MEMBER = "VCATTN"        # its AttentionBackendName member
+SCHEDULE_NAME = "vcattn-schedule"  # the backend enable()/set_backend() give a transformer's processors
+_SCHEDULE_MEMBER = "VCATTN_SCHEDULE"
 # Config overrides for another pass of a step that already grouped (e.g. the
 # second classifier-free guidance pass): no step is in the grouping window,
 # so the layer reuses its permutation, demeaned, instead of grouping again.
 _REUSE_GROUPING = {"group_window": 0.0, "demean_outside_window": 1}
-_local = threading.local()  # the attention module whose forward is running
+# Ops whose work depends on Python state at run time: a CUDA graph would
+# replay one step's plan at every step, so the compiler keeps them out of one.
+_CUDAGRAPH_UNSAFE = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
+_local = threading.local()  # .forward: (installation, [calls so far]) of the forward running on this thread
 _warned = set()
 _installed = {}             # id(transformer) -> _Installation
+_by_serial = {}             # serial -> _Installation: how the ops find theirs when they run
+_serials = itertools.count(1)
+_clock = torch.zeros(1, dtype=torch.int64)  # written by each forward's start, read by its layers' calls
+_native = None              # diffusers' native (SDPA) backend function
 stats = collections.Counter()  # process-wide: calls per route ("vcattn", "sdpa:cross", ...)
 
 
@@ -110,51 +133,82 @@ def _add_member(names, member_name, value):
 
 
 def register():
-    """Adds "vcattn" to diffusers' AttentionBackendName and its backend
-    registry (once); returns the member."""
+    """Adds "vcattn" (the drop-in call) and "vcattn-schedule" (the layers of a
+    transformer under enable()/set_backend()) to diffusers'
+    AttentionBackendName and its backend registry (once); returns the
+    "vcattn" member."""
+    global _native
     ad = _dispatcher()
-    member = ad.AttentionBackendName._value2member_map_.get(NAME)
-    if member is None:
-        member = _add_member(ad.AttentionBackendName, _MEMBER, NAME)
     registry = ad._AttentionBackendRegistry
-    if registry._backends.get(member) is not attention_backend:
-        # no context parallelism: diffusers then refuses the backend on a model with a parallel config
-        registry.register(member, constraints=[], supports_context_parallel=False)(attention_backend)
-    return member
+    _native = registry._backends[ad.AttentionBackendName.NATIVE]
+    members = []
+    for name, member_name, fn in ((NAME, _MEMBER, attention_backend),
+                                  (SCHEDULE_NAME, _SCHEDULE_MEMBER, schedule_backend)):
+        member = ad.AttentionBackendName._value2member_map_.get(name)
+        if member is None:
+            member = _add_member(ad.AttentionBackendName, member_name, name)
+        if registry._backends.get(member) is not fn:
+            # no context parallelism: diffusers then refuses the backend on a model with a parallel config
+            registry.register(member, constraints=[], supports_context_parallel=False)(fn)
+        members.append(member)
+    return members[0]
+
+
+def _schedule_member():
+    register()
+    return _dispatcher().AttentionBackendName._value2member_map_[SCHEDULE_NAME]
 
 
 # ------------------------------------------------------------ the backend
+#
+# What runs inside torch.compile's trace is the routing below: it reads only
+# shapes, dtypes and flags (no tensor values, no Python state written, no
+# warnings under the compiler) and ends in one of two custom ops, opaque to
+# the compiler. Everything stateful happens when those ops run: the step of
+# a transformer (vcattn::dit_forward, from its forward pre-hook), the layer a
+# call belongs to (its place among the forward's vcattn calls), the layer's
+# grouping plan, key-padding masks, the route counters. So one compiled graph
+# serves every block and every step, with nothing to guard on.
 
-def _keep_keys(mask, batch, nk):
-    """The [B, Nk] bool keep-mask of a mask that hides keys only, else None."""
+def _padding_mask(mask, batch, nk):
+    """A mask shaped like a key-padding mask ([B, Nk], or [B|1, 1.., Nk]) as a
+    [B, Nk] view, else None (from its shape alone: its values are checked when
+    the op runs)."""
     if mask.ndim == 2 and tuple(mask.shape) == (batch, nk):
-        m = mask
-    elif mask.ndim in (3, 4) and mask.shape[-1] == nk and mask.shape[0] in (1, batch) and \
+        return mask
+    if mask.ndim in (3, 4) and mask.shape[-1] == nk and mask.shape[0] in (1, batch) and \
             all(s == 1 for s in mask.shape[1:-1]):
-        m = mask.reshape(mask.shape[0], nk).expand(batch, nk)
-    else:
-        return None
-    if m.dtype == torch.bool:
-        return m
-    if m.is_floating_point():  # additive: 0 keeps, -inf (or the dtype's lowest) hides
-        keep, hide = m == 0, m <= torch.finfo(m.dtype).min / 2
+        return mask.reshape(mask.shape[0], nk).expand(batch, nk)
+    return None
+
+
+def _keep_keys(mask):
+    """The [B, Nk] bool keep-mask of a key-padding mask, or None when its
+    values are not a keep/hide mask (bool, or additive 0 / -inf)."""
+    if mask.dtype == torch.bool:
+        return mask
+    if mask.is_floating_point():  # additive: 0 keeps, -inf (or the dtype's lowest) hides
+        keep, hide = mask == 0, mask <= torch.finfo(mask.dtype).min / 2
         if bool((keep | hide).all()):
             return keep
     return None
 
 
+def _count(route):
+    """Counts a route taken in the trace: only for eager calls (the counter is
+    Python state, which a traced path must not write)."""
+    if not torch.compiler.is_compiling():
+        stats[route] += 1
+
+
 def _sdpa(reason, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse):
-    stats["sdpa:" + reason] += 1
-    ad = _dispatcher()
-    native = ad._AttentionBackendRegistry._backends[ad.AttentionBackendName.NATIVE]
-    return native(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p,
-                  is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
+    _count("sdpa:" + reason)
+    return _native(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p,
+                   is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
 
 
-def attention_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                      enable_gqa=False, return_lse=False, _parallel_config=None):
-    """The registered backend: diffusers' dispatcher signature, [B, S, H, D]
-    tensors; GQA is native (Hq a multiple of Hkv)."""
+def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
+           _parallel_config):
     if _parallel_config is not None:
         raise ValueError("vcattn: diffusers context parallelism is not routed through vcattn; for sequence-parallel "
                          "runs use vcattn.parallel (xDiT's and yunchang's ring/Ulysses attention)")
@@ -162,7 +216,7 @@ def attention_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causa
     batch, nq, nk = query.shape[0], query.shape[1], key.shape[1]
     if nq != nk:  # cross-attention to a short context: little to gain, kept exact
         return _sdpa("cross", *sdpa_args)
-    why = None
+    why = key_mask = None
     if is_causal:
         why = "causal", "causal attention (V-Smooth reorders the keys)"
     elif dropout_p:
@@ -171,38 +225,122 @@ def attention_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causa
         why = "device", "tensors on %s" % query.device.type
     elif query.is_cuda and query.shape[-1] > max(_core._GPU_HEAD_DIMS):
         why = "head_dim", "head dim %d on the GPU (64 and 128; smaller ones padded)" % query.shape[-1]
-    keep = None
-    if why is None and attn_mask is not None:
-        keep = _keep_keys(attn_mask, batch, nk)
-        if keep is None:
+    elif attn_mask is not None:
+        key_mask = _padding_mask(attn_mask, batch, nk)
+        if key_mask is None:
             why = "mask", "an attention mask that is not a key-padding mask"
-        elif not bool(keep.any(dim=1).all()):
-            why = "mask", "a key-padding mask that hides every key of a row"
+        elif return_lse:
+            why = "mask", "a key-padding mask with return_lse"
     if why is not None:
-        _warn_once(why[0], "vcattn: %s runs on SDPA (diffusers' native backend); further such calls do too" % why[1])
+        if not torch.compiler.is_compiling():
+            _warn_once(why[0], "vcattn: %s runs on SDPA (diffusers' native backend); further such calls do too"
+                       % why[1])
         return _sdpa(why[0], *sdpa_args)
-    context = getattr(_local, "stack", None)
-    context = context[-1] if context else None
-    if context is None:
+    if not scheduled and not torch.compiler.is_compiling():
         _warn_once("stateless", "vcattn: called outside vcattn.diffusers.enable()/set_backend(): no per-layer state, "
                                 "so V-Smooth groups along the principal direction (no k-means grouping)")
-    if keep is not None and not bool(keep.all()):
-        outs = [_vcattn(context, query[i:i + 1], key[i:i + 1, keep[i]], value[i:i + 1, keep[i]], scale)
-                for i in range(batch)]
-        out, lse = torch.cat([o for o, _ in outs]), torch.cat([s for _, s in outs])
+    q, k, v, scale, d = _torch_op.prepare(query, key, value, scale)
+    if scheduled:
+        out, lse = torch.ops.vcattn.dit_layer_attention(q, k, v, _clock, scale, key_mask)
     else:
-        out, lse = _vcattn(context, query, key, value, scale)
+        out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, key_mask)
+    if out.shape[-1] != d:
+        out = out[..., :d]
     return (out, lse) if return_lse else out
 
 
-def _vcattn(context, query, key, value, scale):
-    stats["vcattn"] += 1
-    if context is None:
-        return _torch_op.attention(query, key, value, "NHD", scale, "vc", None, False, {})
-    inst, name, counter = context
-    index = counter[0]
-    counter[0] += 1
-    return inst.run(name, index, query, key, value, scale)
+def attention_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                      enable_gqa=False, return_lse=False, _parallel_config=None):
+    """The "vcattn" backend (the drop-in call): diffusers' dispatcher
+    signature, [B, S, H, D] tensors; GQA is native (Hq a multiple of Hkv)."""
+    return _route(False, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
+                  _parallel_config)
+
+
+def schedule_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                     enable_gqa=False, return_lse=False, _parallel_config=None):
+    """The "vcattn-schedule" backend enable()/set_backend() give a
+    transformer's processors: as "vcattn", with the layer's state and the
+    step (the op finds both when it runs)."""
+    return _route(True, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
+                  _parallel_config)
+
+
+def _masked(call, q, k, v, key_mask, scale):
+    """Run time: call(q, k, v) under a key-padding mask: the kept keys of each
+    sample (exact), or SDPA where the mask's values are not keep/hide or a
+    row would keep no key."""
+    if key_mask is None:
+        return call(q, k, v)
+    keep = _keep_keys(key_mask)
+    if keep is None or not bool(keep.any(dim=1).all()):
+        stats["sdpa:mask"] += 1
+        _warn_once("mask-values", "vcattn: a key-padding mask that is not keep/hide or hides every key of a row runs "
+                                  "on SDPA; further such calls do too")
+        mask = key_mask[:, None, None, :]
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale,
+            enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2).contiguous()
+        return out, q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32).fill_(float("nan"))
+    if bool(keep.all()):
+        return call(q, k, v)
+    outs = [call(q[i:i + 1], k[i:i + 1, keep[i]], v[i:i + 1, keep[i]]) for i in range(q.shape[0])]
+    return torch.cat([o for o, _ in outs]), torch.cat([s for _, s in outs])
+
+
+@torch.library.custom_op("vcattn::dit_attention", mutates_args=())
+def _dropin_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+               key_mask: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A drop-in call ([B, S, H, D]; no layer state): the principal order."""
+    def call(q, k, v):
+        stats["vcattn"] += 1
+        return _torch_op.run(q, k, v, "NHD", scale, "vc", {}, None, False)
+    return _masked(call, q, k, v, key_mask, scale)
+
+
+@torch.library.custom_op("vcattn::dit_layer_attention", mutates_args=(), tags=_CUDAGRAPH_UNSAFE)
+def _layer_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, clock: torch.Tensor, scale: float,
+              key_mask: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A call of a transformer under enable()/set_backend(): the layer is its
+    place among the vcattn calls of the forward that vcattn::dit_forward
+    began (clock orders the two in a graph)."""
+    forward = getattr(_local, "forward", None)
+
+    def call(q, k, v):
+        stats["vcattn"] += 1
+        if forward is None:  # no forward of an installed transformer began on this thread
+            return _torch_op.run(q, k, v, "NHD", scale, "vc", {}, None, False)
+        inst, counter = forward
+        counter[0] += 1
+        return inst.run(counter[0] - 1, q, k, v, scale)
+    return _masked(call, q, k, v, key_mask, scale)
+
+
+@_dropin_op.register_fake
+def _(q, k, v, scale, key_mask):
+    return _torch_op.fake_outputs(q, "NHD")
+
+
+@_layer_op.register_fake
+def _(q, k, v, clock, scale, key_mask):
+    return _torch_op.fake_outputs(q, "NHD")
+
+
+@torch.library.custom_op("vcattn::dit_forward", mutates_args=("clock",), tags=_CUDAGRAPH_UNSAFE)
+def _forward_op(clock: torch.Tensor, timestep: Optional[torch.Tensor], installation: int) -> None:
+    """A forward of installed transformer `installation` begins: its step from
+    the timestep, its layers counted from 0. Writes clock, which every
+    vcattn::dit_layer_attention reads, so a graph keeps them in order."""
+    inst = _by_serial.get(installation)
+    if inst is not None:
+        inst.steps.before_forward(timestep)
+        _local.forward = (inst, [0])
+    clock.add_(1)
+
+
+@_forward_op.register_fake
+def _(clock, timestep, installation):
+    return None
 
 
 # ------------------------------------------------------------ steps and layer states
@@ -276,14 +414,14 @@ class _Steps:
 
 
 class _Installation:
-    """vcattn on one transformer: its processors' backend, module hooks that
-    name the running attention module, a hook that follows the steps."""
+    """vcattn on one transformer: its processors' backend, and a forward that
+    hands the timestep to the op that follows the steps."""
 
     def __init__(self, transformer, label, steps, method):
         self.transformer, self.label, self.steps, self.method = transformer, label, steps, method
-        self.hooks, self.saved = [], []
+        self.saved, self.wrapper = [], None
         self.cfg = _core.config(method)
-        member = register()
+        member = _schedule_member()
         routed, skipped = 0, collections.Counter()
         for name, module in transformer.named_modules():
             processor = getattr(module, "processor", None)
@@ -294,8 +432,6 @@ class _Installation:
                 continue
             self.saved.append((processor, processor._attention_backend))
             processor._attention_backend = member  # what diffusers' set_attention_backend() sets
-            self.hooks.append(module.register_forward_pre_hook(self._enter(name)))
-            self.hooks.append(module.register_forward_hook(self._leave, always_call=True))
             routed += 1
         if not routed:
             self.remove()
@@ -307,51 +443,63 @@ class _Installation:
                        "vcattn: %s: %d attention modules (%s) call torch SDPA directly and stay on it"
                        % (type(transformer).__name__, sum(skipped.values()), ", ".join(sorted(skipped))))
         self.routed = routed
-        self.signature = inspect.signature(transformer.forward)
-        self.hooks.append(transformer.register_forward_pre_hook(self._forward, with_kwargs=True))
+        params = list(inspect.signature(transformer.forward).parameters)
+        self.timestep_at = params.index("timestep") if "timestep" in params else len(params)
+        self.serial = next(_serials)
+        _by_serial[self.serial] = self
+        self._wrap_forward()
 
-    def _enter(self, name):
-        def hook(module, args):
-            stack = getattr(_local, "stack", None)
-            if stack is None:
-                stack = _local.stack = []
-            stack.append((self, name, [0]))
-        return hook
+    def _wrap_forward(self):
+        """The transformer's forward, first handing its timestep to the op that
+        counts the steps when it runs. A wrapper, not a forward pre-hook:
+        torch.compile(model) traces a hook as a graph of its own, the wrapper
+        in the forward's graph. Traced, so it does nothing else (a Python
+        number for a timestep becomes a constant of the graph: pass tensors)."""
+        transformer, inner = self.transformer, self.transformer.forward
+        self.own_forward = transformer.__dict__.get("forward")  # an instance-level forward set before ours
+        serial, timestep_at = self.serial, self.timestep_at
 
-    def _leave(self, module, args, output):
-        stack = getattr(_local, "stack", None)
-        if stack:
-            stack.pop()
+        @functools.wraps(inner)
+        def forward(*args, **kwargs):
+            timestep = kwargs["timestep"] if "timestep" in kwargs else \
+                (args[timestep_at] if timestep_at < len(args) else None)
+            if timestep is not None and not isinstance(timestep, torch.Tensor):
+                timestep = torch.tensor([float(timestep)])
+            torch.ops.vcattn.dit_forward(_clock, timestep, serial)
+            return inner(*args, **kwargs)
+        transformer.forward = forward
+        self.wrapper = forward
 
-    def _forward(self, module, args, kwargs):
-        try:
-            timestep = self.signature.bind_partial(*args, **kwargs).arguments.get("timestep")
-        except TypeError:
-            timestep = kwargs.get("timestep")
-        self.steps.before_forward(timestep)
-
-    def run(self, name, index, query, key, value, scale):
+    def run(self, index, query, key, value, scale):
+        """Run time: the index-th vcattn call of this forward, with its layer's state."""
         generation = self.steps.generation
         if generation is None:
-            return _torch_op.attention(query, key, value, "NHD", scale, self.method, None, False, {})
-        layer_key = (self.label, name, index, tuple(key.shape))
+            return _torch_op.run(query, key, value, "NHD", scale, self.method, {}, None, False)
+        layer_key = (self.label, index, tuple(key.shape))
         state, step, grouped_at = generation.layer(layer_key)
         plan = _core.lib().vcattn_layer_plan(state.c_layer(), ctypes.byref(self.cfg))
         groups = plan in (1, 2)  # VCATTN_GROUP_COLD, VCATTN_GROUP_WARM
         again = groups and grouped_at == step  # another pass of this step: reuse what it grouped
-        out = _torch_op.attention(query, key, value, "NHD", scale, self.method, state, False,
-                                  _REUSE_GROUPING if again else {})
+        if again:
+            stats["vcattn:reuse"] += 1
+        out = _torch_op.run(query, key, value, "NHD", scale, self.method, _REUSE_GROUPING if again else {},
+                            state.c_layer(), False)
         if groups and not again:
             generation.layers[layer_key][2] = step
             generation.groupings.append((layer_key, step, "cold" if plan == 1 else "warm"))
         return out
 
     def remove(self):
-        for hook in self.hooks:
-            hook.remove()
+        _by_serial.pop(getattr(self, "serial", None), None)  # a wrapper left in place counts nothing
+        if getattr(self, "wrapper", None) is not None and self.transformer.__dict__.get("forward") is self.wrapper:
+            if self.own_forward is None:
+                del self.transformer.forward
+            else:
+                self.transformer.forward = self.own_forward
+        self.wrapper = None
         for processor, backend in self.saved:
             processor._attention_backend = backend
-        self.hooks, self.saved = [], []
+        self.saved = []
 
 
 class Handle:
