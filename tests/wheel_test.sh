@@ -2,15 +2,16 @@
 # The wheel as pip builds it (CPU-only, the quick build): one py3-none
 # platform wheel, one copy of the library inside, the package importable
 # from it. Skips (77) where pip cannot fetch the build backend.
-# Usage: sh tests/wheel_test.sh SOURCE_DIR
-src=${1:?usage: sh tests/wheel_test.sh SOURCE_DIR}
+# Usage: sh tests/wheel_test.sh SOURCE_DIR [PYTHON]   (PYTHON: python3 by default)
+src=${1:?usage: sh tests/wheel_test.sh SOURCE_DIR [PYTHON]}
+py=${2:-python3}
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-if ! python3 -m pip download -q --no-deps -d "$tmp/probe" scikit-build-core >/dev/null 2>&1; then
+if ! "$py" -m pip download -q --no-deps -d "$tmp/probe" scikit-build-core >/dev/null 2>&1; then
     echo "wheel: SKIPPED, pip cannot fetch scikit-build-core here"
     exit 77
 fi
-if ! python3 -m pip wheel -q --no-deps "$src" -Ccmake.define.VCATTN_CUDA=OFF \
+if ! "$py" -m pip wheel -q --no-deps "$src" -Ccmake.define.VCATTN_CUDA=OFF \
         -Cbuild-dir="$tmp/build" -w "$tmp/wheel" >"$tmp/log" 2>&1; then
     tail -20 "$tmp/log"
     echo "wheel: FAILED, pip wheel did not build"
@@ -22,10 +23,10 @@ case "$whl" in
     *-py3-none-*.whl) echo "ok: tag $(basename "$whl")" ;;
     *) echo "FAIL: wheel tag is not py3-none-<platform>: $(basename "$whl")"; status=1 ;;
 esac
-libs=$(python3 -c "import sys, zipfile; print(sum('libvcattn' in n for n in zipfile.ZipFile(sys.argv[1]).namelist()))" "$whl")
+libs=$("$py" -c "import sys, zipfile; print(sum('libvcattn' in n for n in zipfile.ZipFile(sys.argv[1]).namelist()))" "$whl")
 if [ "$libs" = 1 ]; then echo "ok: one library file"; else echo "FAIL: $libs library files in the wheel"; status=1; fi
-mkdir "$tmp/site" && python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$whl" "$tmp/site"
-if (cd "$tmp" && env -u VCATTN_LIB PYTHONPATH="$tmp/site" python3 -c "
+mkdir "$tmp/site" && "$py" -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$whl" "$tmp/site"
+if (cd "$tmp" && env -u VCATTN_LIB PYTHONPATH="$tmp/site" "$py" -c "
 import numpy as np, vcattn
 q = np.random.default_rng(0).standard_normal((1, 2, 64, 64)).astype(np.float32)
 assert vcattn._capi.find_library().startswith('$tmp/site'), vcattn._capi.find_library()
