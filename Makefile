@@ -24,7 +24,12 @@ build: $(BUILD)/CMakeCache.txt
 run: build
 	./$(BUILD)/vcattn eval --workload $(WORKLOAD) --backend auto
 
+# The Python tests run with the python3 on PATH now (an activated virtual
+# environment), not the one the build folder was first configured with.
+PYTHON ?= $(shell command -v python3 2>/dev/null)
+
 test: build
+	@[ -z "$(PYTHON)" ] || cmake -S . -B $(BUILD) -DPython3_EXECUTABLE=$(PYTHON) >/dev/null
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # The C tests and the CLI under AddressSanitizer and UndefinedBehaviorSanitizer

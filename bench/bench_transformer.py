@@ -32,6 +32,27 @@ COMMON = dict(patch_size=(1, 2, 2), in_channels=16, out_channels=16, text_dim=40
               cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024)
 
 
+def build(name, device, num_layers=None):
+    """(model, latents, text embeddings, tokens) of config name with random
+    weights, BF16 on the GPU (float32 on the CPU), 720p / 81 frames (small
+    latents for "tiny"); num_layers overrides the config's block count."""
+    tiny = name == "tiny"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    latent = (1, 16, 3, 16, 16) if tiny else (1, 16, 21, 90, 160)  # 720p, 81 frames
+    config = dict(CONFIGS[name], **({"num_layers": num_layers} if num_layers else {}))
+    from diffusers import WanTransformer3DModel
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = WanTransformer3DModel(**config, **COMMON).to(dtype).eval()
+        # as from_pretrained(torch_dtype=...) does: these stay in float32
+        for module_name, module in model.named_modules():
+            if any(k in module_name.split(".") for k in model._keep_in_fp32_modules):
+                module.float()
+        x = torch.randn(latent, dtype=dtype)
+        text = torch.randn(1, 64 if tiny else 512, 4096, dtype=dtype)
+    return model, x, text, latent[2] * (latent[3] // 2) * (latent[4] // 2)
+
+
 def timed(fn, device, reps):
     return median_ms(fn, reps, device, warmup=0)
 
@@ -47,22 +68,10 @@ def main():
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     cuda_or_exit("bench_transformer", args.device)
-    from diffusers import WanTransformer3DModel
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     name = "tiny" if args.tiny else args.config
-    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    latent = (1, 16, 3, 16, 16) if args.tiny else (1, 16, 21, 90, 160)  # 720p, 81 frames
-    torch.manual_seed(0)
-    with torch.device(args.device):
-        model = WanTransformer3DModel(**CONFIGS[name], **COMMON).to(dtype).eval()
-        # as from_pretrained(torch_dtype=...) does: these stay in float32
-        for module_name, module in model.named_modules():
-            if any(k in module_name.split(".") for k in model._keep_in_fp32_modules):
-                module.float()
-        x = torch.randn(latent, dtype=dtype)
-        text = torch.randn(1, 64 if args.tiny else 512, 4096, dtype=dtype)
-    tokens = latent[2] * (latent[3] // 2) * (latent[4] // 2)
+    model, x, text, tokens = build(name, args.device)
 
     def forward(t=500.0):
         with torch.no_grad():

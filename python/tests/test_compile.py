@@ -7,7 +7,9 @@ torch.compile(model, fullgraph=True) and compile_repeated_blocks(fullgraph=True)
 as many graphs as diffusers' native backend gives in the same process, no
 recompile after the first step, outputs equal to the eager vcattn run's to
 rounding, and the schedule's groupings (which layer grouped at which step,
-cold or warm) the same as eager. torch.library.opcheck on every vcattn op.
+cold or warm) the same as eager; the same for enable(pipe) on a WanPipeline
+whose transformer is compiled in place. torch.library.opcheck on every
+vcattn op.
 CPU by default; VCATTN_TEST_DEVICE=cuda runs it on the GPU and adds
 mode="reduce-overhead" (CUDA graphs). Exits 77 without torch and diffusers."""
 import copy
@@ -177,10 +179,62 @@ def check_opcheck():
           % name)
 
 
+def check_pipeline():
+    """enable(pipe) on a WanPipeline (steps from its scheduler), its transformer compiled in place."""
+    try:
+        from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
+    except ImportError as e:
+        check(False, "WanPipeline unavailable: %s" % e)
+        return
+    torch.manual_seed(0)
+    base, _ = wan()
+    rand_init(base)
+    text = torch.randn(1, 12, 32, device=device)
+    negative = torch.randn(1, 12, 32, device=device)
+
+    def generate(backend, compile_how=None):
+        model = copy.deepcopy(base)
+        pipe = WanPipeline(tokenizer=None, text_encoder=None, vae=None,
+                           scheduler=FlowMatchEulerDiscreteScheduler(), transformer=model)
+        pipe.set_progress_bar_config(disable=True)
+        handle = vd.enable(pipe) if backend == "schedule" else None
+        torch._dynamo.reset()
+        counters.clear()
+        try:
+            if compile_how == "full":
+                model.compile(fullgraph=True)
+            elif compile_how == "regional":
+                model.compile_repeated_blocks(fullgraph=True)
+            with torch.no_grad():
+                out = pipe(prompt_embeds=text, negative_prompt_embeds=negative, height=64, width=64, num_frames=5,
+                           num_inference_steps=STEPS, guidance_scale=5.0, output_type="latent",
+                           generator=torch.Generator(device).manual_seed(0)).frames
+        finally:
+            if handle is not None:
+                vd.disable(pipe)
+        return out, counters["stats"]["unique_graphs"], sorted(handle.groupings) if handle else None
+
+    eager = generate("schedule")
+    for how in ("full", "regional"):
+        native = generate("native", how)
+        try:
+            out, graphs, groupings = generate("schedule", how)
+        except Exception as e:
+            check(False, "WanPipeline, enable(pipe), %s: %s: %s" % (how, type(e).__name__, str(e).splitlines()[0]))
+            continue
+        check(graphs == native[1], "WanPipeline, enable(pipe), %s: %d graphs, native %d" % (how, graphs, native[1]))
+        check(groupings == eager[2] and groupings, "WanPipeline, %s: groupings %s, eager %s" % (how, groupings, eager[2]))
+        diff = rel(out, eager[0])  # after 4 steps that feed each output back in: a few calls' rounding
+        check(diff < 3 * ROUNDING, "WanPipeline, %s: compiled vs eager relative difference %.2e" % (how, diff))
+        print("WanPipeline, enable(pipe), %s: %d graphs (native %d), %d groupings as eager, compiled vs eager %.1e"
+              % (how, graphs, native[1], len(groupings or ()), diff))
+
+
 try:
     check_opcheck()
 except Exception as e:
     check(False, "opcheck: %s: %s" % (type(e).__name__, e))
 for label, make in (("Wan", wan), ("Flux", flux), ("HunyuanVideo", hunyuan)):
     check_model(label, make)
+check_pipeline()
 finish(name)

@@ -236,9 +236,6 @@ def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale,
             _warn_once(why[0], "vcattn: %s runs on SDPA (diffusers' native backend); further such calls do too"
                        % why[1])
         return _sdpa(why[0], *sdpa_args)
-    if not scheduled and not torch.compiler.is_compiling():
-        _warn_once("stateless", "vcattn: called outside vcattn.diffusers.enable()/set_backend(): no per-layer state, "
-                                "so V-Smooth groups along the principal direction (no k-means grouping)")
     q, k, v, scale, d = _torch_op.prepare(query, key, value, scale)
     if scheduled:
         out, lse = torch.ops.vcattn.dit_layer_attention(q, k, v, _clock, scale, key_mask)
