@@ -261,8 +261,11 @@ VCATTN_API const char *vcattn_last_error(const vcattn_context *ctx);
  * Tensors may live on that device (used in place) or in
  * host memory (staged through the device). A call returns once its work is
  * queued, unless it must read something back: host outputs, the non-finite
- * check (cfg.check_finite), or a new grouping for a layer. CPU contexts
- * accept and ignore it. */
+ * check (cfg.check_finite), or a new grouping for a layer. While the stream
+ * is capturing a CUDA graph, only calls without a layer state and with
+ * check_finite off are accepted (VCATTN_ERR_UNSUPPORTED_CONFIG otherwise):
+ * those need the host, and a replay would repeat one step's grouping plan.
+ * CPU contexts accept and ignore it. */
 VCATTN_API vcattn_status vcattn_set_cuda_stream(vcattn_context *ctx, void *stream);
 /* Progress of a long call: fn(done, total, user) with done counting the
  * query rows whose attention is finished, out of total (B * Hq * Nq), called

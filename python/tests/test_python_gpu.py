@@ -1,8 +1,9 @@
 """The Python front on the GPU (run on the device; exits 77 without CUDA):
 CUDA tensors give the C API's bits, run on the current stream and device,
 give the sequential bits from two threads on two streams, survive
-torch.compile(fullgraph=True), pad small head dims, reject CPU/CUDA mixes,
-and keep the schedule's grouping on the GPU."""
+torch.compile(fullgraph=True), replay from a CUDA graph (drop-in calls; the
+others are refused while capturing), pad small head dims, reject CPU/CUDA
+mixes, and keep the schedule's grouping on the GPU."""
 import os
 import sys
 import threading
@@ -74,6 +75,41 @@ check(all(torch.equal(a, b) for i in range(2) for a, b in zip(sequential[i], con
 
 compiled = torch.compile(lambda a, b, c: vcattn.attention(a, b, c) + 1, fullgraph=True)
 check(torch.equal(compiled(q, k, v), out + 1), "torch.compile(fullgraph=True) differs")
+
+# CUDA graphs: a drop-in call without the finite check is captured and replayed
+# with the eager bits; the finite check and layer states are refused while
+# capturing, with the reason (they need the host).
+graph_in = [t.clone() for t in (q, k, v)]
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):  # warm-up outside the capture, as torch.cuda.graph wants
+    vcattn.attention(*graph_in, check_finite=False)
+torch.cuda.current_stream().wait_stream(side)
+graph = torch.cuda.CUDAGraph()
+try:
+    with torch.cuda.graph(graph):
+        graph_out = vcattn.attention(*graph_in, check_finite=False)
+    graph.replay()
+    torch.cuda.synchronize()
+    check(torch.equal(graph_out, out), "a CUDA graph replay of the drop-in call differs from the eager call")
+    for dst, src in zip(graph_in, (k, v, q)):  # new inputs in place: the replay follows them
+        dst.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    check(torch.equal(graph_out, vcattn.attention(k, v, q)), "a replay on new inputs differs from the eager call")
+except Exception as e:
+    check(False, "CUDA graph capture of a drop-in call: %s: %s" % (type(e).__name__, e))
+for label, kwargs in (("check_finite", {}), ("a layer state", dict(check_finite=False,
+                                                                    state=vcattn.LayerState(4)))):
+    try:
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            vcattn.attention(*graph_in, **kwargs)
+        check(False, "%s accepted while capturing a CUDA graph" % label)
+    except ValueError as e:
+        check("CUDA graph" in str(e), "%s while capturing: %s" % (label, e))
+    except Exception as e:
+        check(False, "%s while capturing: %s: %s" % (label, type(e).__name__, e))
+torch.cuda.synchronize()
 
 q96, k96, v96 = (t[..., :96].contiguous() for t in (q, k, v))
 ref96 = torch.nn.functional.scaled_dot_product_attention(q96.float(), k96.float(), v96.float())

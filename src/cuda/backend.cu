@@ -219,13 +219,27 @@ cudaMemPool_t context_pool(vcattn_context *ctx, int device) {
     return pool;
 }
 
-// Checks the call and binds it to the context's stream and the current device.
-vcattn_status begin_call(vcattn_context *ctx, const vcattn_config *cfg, const call_shape &c,
+// Checks the call and binds it to the context's stream and the current device;
+// layered: the call has a layer state.
+vcattn_status begin_call(vcattn_context *ctx, const vcattn_config *cfg, const call_shape &c, bool layered,
                          call_state *cs, int *device) {
     vcattn_status st = check_call(ctx, cfg, c);
     if (st) return st;
     cs->ctx = ctx;
     cs->stream = (cudaStream_t)ctx->cuda_stream;
+    // A call captured into a CUDA graph may not wait for the GPU, and a
+    // replay would repeat one step's grouping plan: only drop-in calls
+    // without the finite check (whose status needs that wait) can be captured.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(cs->stream, &capture) != cudaSuccess) {
+        cudaGetLastError();  // the launches below report what is wrong with the stream
+        capture = cudaStreamCaptureStatusNone;
+    }
+    if (capture != cudaStreamCaptureStatusNone && (cfg->check_finite || layered))
+        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
+                           "cuda backend: a call captured into a CUDA graph must be a drop-in call (no layer state) "
+                           "with check_finite off: the finite check waits for the GPU, and a replay would repeat "
+                           "one step's grouping");
     cudaError_t err = cudaGetDevice(device);
     if (err != cudaSuccess) return cs->cuda_fail(err, "cudaGetDevice");
     cs->pool = context_pool(ctx, *device);
@@ -440,7 +454,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *
     const call_shape c = shape_of(call);
     call_state cs = {};
     int device = 0;
-    vcattn_status st = begin_call(ctx, cfg, c, &cs, &device);
+    vcattn_status st = begin_call(ctx, cfg, c, call->layer != nullptr, &cs, &device);
     if (st) return st;
     cudaError_t err;
 
@@ -530,7 +544,7 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
     const call_shape c = shape_of(call);
     call_state cs = {};
     int device = 0;
-    vcattn_status st = begin_call(ctx, cfg, c, &cs, &device);
+    vcattn_status st = begin_call(ctx, cfg, c, call->layer != nullptr, &cs, &device);
     if (st) return st;
     call_inputs in;
     operands op = {};
