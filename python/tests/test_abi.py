@@ -35,7 +35,7 @@ def c_fields(struct):
     return fields
 
 
-for struct, mirror in (("vcattn_config", _capi.Config), ("vcattn_tensor", _capi.Tensor)):
+for struct, mirror in (("vcattn_config", _capi.Config), ("vcattn_tensor", _capi.Tensor), ("vcattn_rope", _capi.Rope)):
     want = c_fields(struct)
     got = [(n, t) for n, t in mirror._fields_]
     check(len(want) == len(got), "%s: the header has %d fields, the mirror %d" % (struct, len(want), len(got)))

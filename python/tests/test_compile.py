@@ -163,16 +163,22 @@ def check_model(label, make):
 
 def check_opcheck():
     q, k, v = (torch.randn(1, 2, 200, 64, device=device) for _ in range(3))
+    angles = torch.rand(200, 32, device=device) * 6.3
+    cos, sin = angles.cos(), angles.sin()
     state = vcattn.LayerState(4)
     from vcattn import _torch_op
     for token in (None, _torch_op._layer_token(state)):
-        torch.library.opcheck(torch.ops.vcattn.attention.default, (q, k, v, "HND", 0.125, "vc", "", token, True))
+        for rope in ((None, None, 0), (cos, sin, 1)):
+            torch.library.opcheck(torch.ops.vcattn.attention.default,
+                                  (q, k, v, "HND", 0.125, "vc", "", token, True, *rope))
     nhd = [t.transpose(1, 2).contiguous() for t in (q, k, v)]
     keep = torch.ones(1, 200, dtype=torch.bool, device=device)
     keep[:, 150:] = False
     for mask in (None, keep):
-        torch.library.opcheck(torch.ops.vcattn.dit_attention.default, (*nhd, 0.125, mask))
-        torch.library.opcheck(torch.ops.vcattn.dit_layer_attention.default, (*nhd, vd._clock, 0.125, mask))
+        for rope in ((None, None), (cos, sin)):
+            torch.library.opcheck(torch.ops.vcattn.dit_attention.default, (*nhd, 0.125, mask, *rope))
+            torch.library.opcheck(torch.ops.vcattn.dit_layer_attention.default,
+                                  (*nhd, vd._clock, 0.125, mask, *rope))
     torch.library.opcheck(torch.ops.vcattn.dit_forward.default, (vd._clock.clone(), torch.tensor([999.0]), 0))
     check(True, "opcheck")
     print("%s: torch.library.opcheck passes on vcattn::attention, dit_attention, dit_layer_attention, dit_forward"

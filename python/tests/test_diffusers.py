@@ -143,6 +143,33 @@ check(torch.equal(forward(999), ref), "disable() did not restore the original ou
 raises(ValueError, lambda: vd.set_backend(model, method="nope"), "unknown method", "unknown method")
 check(not vd._installed, "a refused set_backend stayed installed")
 
+# ---- Wan's RoPE inside the quantizers (set_backend's default): every Wan attention
+# gets the processor (cross-attention runs the stock code in it), the outputs are
+# those of rotating q and k in PyTorch first (bit for bit on the CPU, where both
+# round each float32 product and difference once), disable() puts the stock
+# processors back
+handle = vd.set_backend(model, num_inference_steps=4)
+swapped = [m for m in model.modules() if isinstance(getattr(m, "processor", None), vd.WanRopeProcessor)]
+check(len(swapped) == 2 * len(model.blocks), "WanRopeProcessor on %d modules, want %d"
+      % (len(swapped), 2 * len(model.blocks)))
+n0, r0 = calls(), vd.stats["vcattn:rope"]
+fused = forward(999)
+check(calls() - n0 == len(model.blocks) and vd.stats["vcattn:rope"] - r0 == len(model.blocks),
+      "fused RoPE: %d vcattn calls, %d with RoPE tables" % (calls() - n0, vd.stats["vcattn:rope"] - r0))
+vd.disable(model)
+check(not [m for m in model.modules() if isinstance(getattr(m, "processor", None), vd.WanRopeProcessor)],
+      "disable() left a WanRopeProcessor")
+handle = vd.set_backend(model, num_inference_steps=4, fuse_rope=False)
+unfused = forward(999)
+vd.disable(model)
+if device == "cpu":
+    check(torch.equal(fused, unfused), "fused RoPE differs from RoPE in PyTorch: %.2e"
+          % ((fused - unfused).norm() / unfused.norm()).item())
+else:
+    diff = ((fused - unfused).norm() / unfused.norm()).item()
+    check(diff < 1e-3, "fused RoPE vs RoPE in PyTorch: relative difference %.2e" % diff)
+check(torch.equal(forward(999), ref), "disable() after fused RoPE did not restore the original outputs exactly")
+
 # ---- masks, causal calls, context parallelism (the backend called as the dispatcher calls it)
 qkv = [torch.randn(2, 256, 2, 64, device=device) for _ in range(3)]
 keep = torch.ones(2, 256, dtype=torch.bool, device=device)

@@ -208,6 +208,36 @@ if torch is not None:
     check(torch.equal(g(tq, tk, tv), eager / 2.0 + 1.0) and len(inner) == 1 and inner.layer("x").plan() == "warm",
           "Schedule.layer first called inside torch.compile(fullgraph=True)")
 
+    # RoPE applied by the quantizers: the same bits as rotating q and k in
+    # float32 first (both round each product and the difference once: the
+    # library is built with -ffp-contract=off), both styles; refusals
+    rq, rk, rv = (torch.randn(1, 2, 300, 64) for _ in range(3))
+    angles = torch.rand(300, 32) * 6.3
+    cos, sin = angles.cos(), angles.sin()
+
+    def rotated(x, style):
+        a, b = (x[..., 0::2], x[..., 1::2]) if style == "interleaved" else (x[..., :32], x[..., 32:])
+        ra, rb = a * cos - b * sin, a * sin + b * cos
+        return torch.stack((ra, rb), -1).flatten(-2) if style == "interleaved" else torch.cat((ra, rb), -1)
+    for style in ("interleaved", "half"):
+        fused = vcattn.attention(rq, rk, rv, rope=(cos, sin), rope_style=style)
+        check(torch.equal(fused, vcattn.attention(rotated(rq, style), rotated(rk, style), rv)),
+              "rope %s: fused differs from rotating q and k first" % style)
+        nhd_in = [t.transpose(1, 2) for t in (rq, rk, rv)]
+        check(torch.equal(vcattn.attention(*nhd_in, tensor_layout="NHD", rope=(cos, sin), rope_style=style),
+                          fused.transpose(1, 2)), "rope %s: NHD differs from HND" % style)
+    check(not torch.equal(fused, vcattn.attention(rq, rk, rv)), "rope tables had no effect")
+    raises(ValueError, lambda: vcattn.attention(rq, rk, rv, rope=(cos[:100], sin[:100])), "[tokens, head_dim/2]",
+           "rope tables of the wrong length")
+    raises(ValueError, lambda: vcattn.attention(rq, rk[:, :, :200], rv[:, :, :200], rope=(cos, sin)),
+           "as many tokens", "rope with Nq != Nk")
+    raises(ValueError, lambda: vcattn.attention(rq, rk, rv, rope=(cos, sin), rope_style="neox"), "rope_style",
+           "unknown rope style")
+    raises(TypeError, lambda: vcattn.attention(rq, rk, rv, rope=cos), "(cos, sin)", "rope not a pair")
+    raises(TypeError, lambda: vcattn.attention(q, k, v, rope=(cos, sin)), "torch tensors only", "rope with numpy")
+    raises(ValueError, lambda: vcattn.attention(rq, rk, rv, rope=(cos, sin * float("nan"))), "NaN",
+           "NaN in a rope table")
+
     # ring attention on one device: keys in 3 chunks, merged through the LSE
     from vcattn import parallel
     for method in ("bf16", "vc"):

@@ -26,7 +26,8 @@ def version() -> str:
 def attention(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_scale: Optional[float] = None,
               return_lse: bool = False, method: str = "vc", state: Optional[LayerState] = None,
               check_finite: Optional[bool] = None, *, scale: Optional[float] = None,
-              config: Union[_capi.Config, Mapping[str, Any], None] = None, **switches: Any):
+              config: Union[_capi.Config, Mapping[str, Any], None] = None, rope=None,
+              rope_style: str = "interleaved", **switches: Any):
     """Non-causal attention of q [B, Hq, Nq, D] (or [B, Nq, Hq, D] with
     tensor_layout="NHD") against k, v [B, Hkv, Nk, D]; Hq a multiple of Hkv.
     Inference only: inputs that require grad (with grad mode on) are refused.
@@ -44,6 +45,11 @@ def attention(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_s
     [B, Hq, Nq] (as sageattn). check_finite: reject NaN/Inf inputs, and
     inputs whose scores float32 cannot resolve (costs one device sync per
     call on the GPU); default on.
+    rope: (cos, sin), float tensors [N, D/2] on q's device (torch tensors
+    only): q and k come before their rotary embedding, which the quantizers
+    apply in float32 (no rounded copy of the rotated q and k); one table for
+    both, so Nq == Nk. rope_style: "interleaved" rotates the pairs
+    (2i, 2i+1) (Wan, HunyuanVideo), "half" the pairs (i, i + D/2) (GPT-NeoX).
     config: the result of vcattn.config(...) or a {field: value} mapping;
     switches: config fields as keywords (e.g. sink_guard=0.5, hadamard=1),
     applied over the method's preset, then over config.
@@ -63,10 +69,13 @@ def attention(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_s
     finite = fields.pop("check_finite", 1)
     check_finite = bool(finite) if check_finite is None else bool(check_finite)
     if type(q).__module__.startswith("numpy"):
+        if rope is not None:
+            raise TypeError("vcattn: rope tables are taken with torch tensors only")
         from ._numpy import attention as impl
+        out, lse = impl(q, k, v, tensor_layout, sm_scale, method, state, check_finite, fields)
     else:
         from ._torch_op import attention as impl
-    out, lse = impl(q, k, v, tensor_layout, sm_scale, method, state, check_finite, fields)
+        out, lse = impl(q, k, v, tensor_layout, sm_scale, method, state, check_finite, fields, rope, rope_style)
     return (out, lse) if return_lse else out
 
 

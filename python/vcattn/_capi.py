@@ -35,6 +35,11 @@ class Tensor(ctypes.Structure):
                 ("stride_token", ctypes.c_int64)]
 
 
+class Rope(ctypes.Structure):
+    _fields_ = [("style", ctypes.c_int), ("q_cos", ctypes.c_void_p), ("q_sin", ctypes.c_void_p),
+                ("k_cos", ctypes.c_void_p), ("k_sin", ctypes.c_void_p)]
+
+
 class Config(ctypes.Structure):
     _fields_ = [("qk_format", ctypes.c_int), ("k_smoothing", ctypes.c_int),
                 ("hadamard", ctypes.c_int), ("sm_scale", ctypes.c_float),

@@ -238,10 +238,11 @@ def _raise(ctx, st):
     raise VcattnError("vcattn: " + msg)
 
 
-def run(ctx, cfg, q, k, v, out, lse_ptr, layer):
-    """q, k, v, out: (data_ptr, dtype_code, shape_bhnd, strides_bhnd) tuples."""
+def run(ctx, cfg, q, k, v, out, lse_ptr, layer, rope=None):
+    """q, k, v, out: (data_ptr, dtype_code, shape_bhnd, strides_bhnd) tuples;
+    rope: a _capi.Rope or None."""
     tq, tk, tv, to = (_view(*x) for x in (q, k, v, out))
     st = lib().vcattn_attention(ctx, ctypes.byref(cfg), ctypes.byref(tq), ctypes.byref(tk), ctypes.byref(tv),
-                                ctypes.byref(to), lse_ptr, None, layer)
+                                ctypes.byref(to), lse_ptr, ctypes.byref(rope) if rope is not None else None, layer)
     if st:
         _raise(ctx, st)

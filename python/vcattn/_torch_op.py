@@ -9,6 +9,7 @@ import torch
 from . import _capi, _core
 
 _DTYPES = {torch.float32: _capi.F32, torch.float16: _capi.F16, torch.bfloat16: _capi.BF16}
+ROPE_STYLES = {"interleaved": 0, "half": 1}  # vcattn_rope_style
 
 
 def _desc(t, layout):
@@ -20,24 +21,28 @@ def _desc(t, layout):
     return (t.data_ptr(), _DTYPES[t.dtype], (b, y, x, d), (sb, sy, sx))
 
 
-def run(q, k, v, layout, sm_scale, method, switches, layer, check_finite):
+def run(q, k, v, layout, sm_scale, method, switches, layer, check_finite, rope=None):
     """The op's body, at run time (never traced): the C call on q's device and
-    current stream. switches: {field: value}; layer: a C layer handle or None."""
+    current stream. switches: {field: value}; layer: a C layer handle or None;
+    rope: (q_cos, q_sin, k_cos, k_sin, style code) with float32 [N, D/2]
+    tables (contiguous, on q's device), or None."""
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     b, hq, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "HND" else (q.shape[0], q.shape[2], q.shape[1])
     lse = torch.empty((b, hq, nq), dtype=torch.float32, device=q.device)
     cfg = _core.config(method, sm_scale if sm_scale > 0 else None, check_finite, **switches)
+    tables = None
+    if rope is not None:
+        q_cos, q_sin, k_cos, k_sin, style = rope
+        tables = _capi.Rope(style, q_cos.data_ptr(), q_sin.data_ptr(), k_cos.data_ptr(), k_sin.data_ptr())
+    views = (_desc(q, layout), _desc(k, layout), _desc(v, layout), _desc(out, layout))
     if q.is_cuda:
         ctx = _core._context(_capi.BACKEND_CUDA)
         with torch.cuda.device(q.device):
             _core.lib().vcattn_set_cuda_stream(ctx, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-            _core.run(ctx, cfg, _desc(q, layout), _desc(k, layout), _desc(v, layout), _desc(out, layout),
-                      ctypes.c_void_p(lse.data_ptr()), layer)
+            _core.run(ctx, cfg, *views, ctypes.c_void_p(lse.data_ptr()), layer, tables)
     else:
-        ctx = _core._context(_capi.BACKEND_CPU)
-        _core.run(ctx, cfg, _desc(q, layout), _desc(k, layout), _desc(v, layout), _desc(out, layout),
-                  ctypes.c_void_p(lse.data_ptr()), layer)
+        _core.run(_core._context(_capi.BACKEND_CPU), cfg, *views, ctypes.c_void_p(lse.data_ptr()), layer, tables)
     return out, lse
 
 
@@ -50,14 +55,16 @@ def fake_outputs(q, layout):
 
 @torch.library.custom_op("vcattn::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, sm_scale: float,
-                 method: str, switches: str, layer: Optional[torch.Tensor],
-                 check_finite: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                 method: str, switches: str, layer: Optional[torch.Tensor], check_finite: bool,
+                 rope_cos: Optional[torch.Tensor], rope_sin: Optional[torch.Tensor],
+                 rope_style: int) -> tuple[torch.Tensor, torch.Tensor]:
     handle = _core.layer_of(*(int(x) for x in layer.tolist())) if layer is not None else None
-    return run(q, k, v, layout, sm_scale, method, _core.decode_switches(switches), handle, check_finite)
+    rope = (rope_cos, rope_sin, rope_cos, rope_sin, rope_style) if rope_cos is not None else None
+    return run(q, k, v, layout, sm_scale, method, _core.decode_switches(switches), handle, check_finite, rope)
 
 
 @attention_op.register_fake
-def _(q, k, v, layout, sm_scale, method, switches, layer, check_finite):
+def _(q, k, v, layout, sm_scale, method, switches, layer, check_finite, rope_cos, rope_sin, rope_style):
     return fake_outputs(q, layout)
 
 
@@ -70,11 +77,12 @@ def _layer_token(state):
     return state._token
 
 
-def prepare(q, k, v, sm_scale):
+def prepare(q, k, v, sm_scale, layout="HND", rope=None, rope_style="interleaved"):
     """Checks what a call's tensors must satisfy (from their metadata alone,
     so it traces without a guard on values) and zero-pads a head dim the GPU
-    lacks. Returns (q, k, v, scale, d): d the caller's head dim, to cut the
-    output back to."""
+    lacks. Returns (q, k, v, scale, d, cos, sin, style): d the caller's head
+    dim, to cut the output back to; cos, sin the RoPE tables as float32
+    [N, D/2] (padded with the identity rotation), or None."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         raise RuntimeError("vcattn: inference only (there is no backward): q, k or v requires grad; call it "
                            "under torch.no_grad() or torch.inference_mode(), or pass detached tensors")
@@ -87,17 +95,53 @@ def prepare(q, k, v, sm_scale):
         raise ValueError("vcattn: tensors on %s are not supported (cpu or cuda)" % (q.device,))
     d = q.shape[-1]
     scale = float(sm_scale if sm_scale is not None else d ** -0.5)
+    cos = sin = None
+    if rope is not None:
+        seq = 2 if layout == "HND" else 1
+        cos, sin = _rope_tables(rope, rope_style, q.shape[seq], k.shape[seq], d, q.device)
     if q.is_cuda and d not in _core._GPU_HEAD_DIMS:
         if d > max(_core._GPU_HEAD_DIMS) or d % 8:
             raise ValueError("vcattn: head dim %d unsupported on the GPU (64 and 128; smaller multiples of 8 "
                              "are zero-padded)" % d)
         pad = min(x for x in _core._GPU_HEAD_DIMS if x > d) - d
         q, k, v = (torch.nn.functional.pad(t, (0, pad)) for t in (q, k, v))
-    return q, k, v, scale, d
+        if cos is not None:
+            if rope_style != "interleaved":  # the pairs (i, i + D/2) move with D
+                raise ValueError("vcattn: rope_style 'half' needs head dim 64 or 128 on the GPU (got %d)" % d)
+            cos = torch.nn.functional.pad(cos, (0, pad // 2), value=1.0)  # the zero columns stay zero
+            sin = torch.nn.functional.pad(sin, (0, pad // 2))
+    return q, k, v, scale, d, cos, sin, ROPE_STYLES[rope_style]
 
 
-def attention(q, k, v, tensor_layout, sm_scale, method, state, check_finite, switches):
-    q, k, v, scale, d = prepare(q, k, v, sm_scale)
+def _rope_tables(rope, style, nq, nk, d, device):
+    """(cos, sin) as contiguous float32 [N, D/2], checked."""
+    if style not in ROPE_STYLES:
+        raise ValueError("vcattn: rope_style must be one of %s, got %r" % (", ".join(ROPE_STYLES), style))
+    if not (isinstance(rope, (tuple, list)) and len(rope) == 2):
+        raise TypeError("vcattn: rope must be a (cos, sin) pair of [tokens, head_dim/2] tensors")
+    if nq != nk:
+        raise ValueError("vcattn: q and k share the rope tables, so they need as many tokens (got %d and %d)"
+                         % (nq, nk))
+    if d % 2:
+        raise ValueError("vcattn: rope needs an even head dim, got %d" % d)
+    tables = []
+    for name, t in zip(("cos", "sin"), rope):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("vcattn: rope %s must be a torch tensor, got %s" % (name, type(t).__name__))
+        if t.device != device:
+            raise ValueError("vcattn: rope %s is on %s, q on %s" % (name, t.device, device))
+        if tuple(t.shape) != (nk, d // 2):
+            raise ValueError("vcattn: rope %s must be [tokens, head_dim/2] = [%d, %d], got %s"
+                             % (name, nk, d // 2, tuple(t.shape)))
+        if not t.is_floating_point():
+            raise ValueError("vcattn: rope %s must be a float tensor, got %s" % (name, t.dtype))
+        tables.append(t.to(torch.float32).contiguous())
+    return tables
+
+
+def attention(q, k, v, tensor_layout, sm_scale, method, state, check_finite, switches, rope=None,
+              rope_style="interleaved"):
+    q, k, v, scale, d, cos, sin, style = prepare(q, k, v, sm_scale, tensor_layout, rope, rope_style)
     out, lse = torch.ops.vcattn.attention(q, k, v, tensor_layout, scale, method, _core.encode_switches(switches),
-                                          _layer_token(state), bool(check_finite))
+                                          _layer_token(state), bool(check_finite), cos, sin, style)
     return (out[..., :d] if out.shape[-1] != d else out), lse

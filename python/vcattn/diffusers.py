@@ -75,7 +75,7 @@ _by_serial = {}             # serial -> _Installation: how the ops find theirs w
 _serials = itertools.count(1)
 _clock = torch.zeros(1, dtype=torch.int64)  # written by each forward's start, read by its layers' calls
 _native = None              # diffusers' native (SDPA) backend function
-stats = collections.Counter()  # process-wide: calls per route ("vcattn", "sdpa:cross", ...)
+stats = collections.Counter()  # process-wide: calls per route ("vcattn", "vcattn:rope", "sdpa:cross", ...)
 
 
 def _warn_once(key, message):
@@ -207,17 +207,28 @@ def _sdpa(reason, query, key, value, attn_mask, dropout_p, is_causal, scale, ena
                    is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
 
 
+def rotate(x, cos, sin):
+    """Interleaved RoPE (pairs 2i, 2i+1) of x [B, S, H, D] by float tables
+    [S, D/2], in float32 and back in x's dtype, as diffusers' Wan processor
+    applies it: the SDPA routes of a call that came with its RoPE tables."""
+    x1, x2 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
+    c, s = cos.float()[None, :, None, :], sin.float()[None, :, None, :]
+    return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), -1).flatten(-2).to(x.dtype)
+
+
 def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
-           _parallel_config):
+           _parallel_config, rope=None):
+    """rope: (cos, sin) [S, D/2] tables for query and key given before their
+    rotary embedding (interleaved pairs): applied inside vcattn's quantizers,
+    or here before an SDPA route."""
     if _parallel_config is not None:
         raise ValueError("vcattn: diffusers context parallelism is not routed through vcattn; for sequence-parallel "
                          "runs use vcattn.parallel (xDiT's and yunchang's ring/Ulysses attention)")
-    sdpa_args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse)
     batch, nq, nk = query.shape[0], query.shape[1], key.shape[1]
-    if nq != nk:  # cross-attention to a short context: little to gain, kept exact
-        return _sdpa("cross", *sdpa_args)
     why = key_mask = None
-    if is_causal:
+    if nq != nk:  # cross-attention to a short context: little to gain, kept exact
+        why = "cross", None
+    elif is_causal:
         why = "causal", "causal attention (V-Smooth reorders the keys)"
     elif dropout_p:
         why = "dropout", "dropout_p > 0"
@@ -232,15 +243,17 @@ def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale,
         elif return_lse:
             why = "mask", "a key-padding mask with return_lse"
     if why is not None:
-        if not torch.compiler.is_compiling():
+        if why[1] is not None and not torch.compiler.is_compiling():
             _warn_once(why[0], "vcattn: %s runs on SDPA (diffusers' native backend); further such calls do too"
                        % why[1])
-        return _sdpa(why[0], *sdpa_args)
-    q, k, v, scale, d = _torch_op.prepare(query, key, value, scale)
+        if rope is not None:
+            query, key = rotate(query, *rope), rotate(key, *rope)
+        return _sdpa(why[0], query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse)
+    q, k, v, scale, d, cos, sin, _ = _torch_op.prepare(query, key, value, scale, "NHD", rope)
     if scheduled:
-        out, lse = torch.ops.vcattn.dit_layer_attention(q, k, v, _clock, scale, key_mask)
+        out, lse = torch.ops.vcattn.dit_layer_attention(q, k, v, _clock, scale, key_mask, cos, sin)
     else:
-        out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, key_mask)
+        out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, key_mask, cos, sin)
     if out.shape[-1] != d:
         out = out[..., :d]
     return (out, lse) if return_lse else out
@@ -263,63 +276,73 @@ def schedule_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal
                   _parallel_config)
 
 
-def _masked(call, q, k, v, key_mask, scale):
-    """Run time: call(q, k, v) under a key-padding mask: the kept keys of each
-    sample (exact), or SDPA where the mask's values are not keep/hide or a
-    row would keep no key."""
+def _masked(call, q, k, v, key_mask, scale, cos, sin):
+    """Run time: call(q, k, v, rope) under a key-padding mask: the kept keys
+    of each sample (exact), or SDPA where the mask's values are not keep/hide
+    or a row would keep no key. cos, sin: RoPE tables or None."""
+    rope = None
+    if cos is not None:
+        stats["vcattn:rope"] += 1  # calls that brought q and k unrotated, with their tables
+        rope = (cos, sin, cos, sin, 0)
     if key_mask is None:
-        return call(q, k, v)
+        return call(q, k, v, rope)
     keep = _keep_keys(key_mask)
     if keep is None or not bool(keep.any(dim=1).all()):
         stats["sdpa:mask"] += 1
         _warn_once("mask-values", "vcattn: a key-padding mask that is not keep/hide or hides every key of a row runs "
                                   "on SDPA; further such calls do too")
-        mask = key_mask[:, None, None, :]
+        if cos is not None:
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         out = torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale,
-            enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2).contiguous()
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=key_mask[:, None, None, :],
+            scale=scale, enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2).contiguous()
         return out, q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32).fill_(float("nan"))
     if bool(keep.all()):
-        return call(q, k, v)
-    outs = [call(q[i:i + 1], k[i:i + 1, keep[i]], v[i:i + 1, keep[i]]) for i in range(q.shape[0])]
+        return call(q, k, v, rope)
+    outs = []
+    for i in range(q.shape[0]):
+        kept = keep[i]
+        rope_i = (cos, sin, cos[kept].contiguous(), sin[kept].contiguous(), 0) if cos is not None else None
+        outs.append(call(q[i:i + 1], k[i:i + 1, kept], v[i:i + 1, kept], rope_i))
     return torch.cat([o for o, _ in outs]), torch.cat([s for _, s in outs])
 
 
 @torch.library.custom_op("vcattn::dit_attention", mutates_args=())
-def _dropin_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-               key_mask: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def _dropin_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, key_mask: Optional[torch.Tensor],
+               rope_cos: Optional[torch.Tensor], rope_sin: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """A drop-in call ([B, S, H, D]; no layer state): the principal order."""
-    def call(q, k, v):
+    def call(q, k, v, rope):
         stats["vcattn"] += 1
-        return _torch_op.run(q, k, v, "NHD", scale, "vc", {}, None, False)
-    return _masked(call, q, k, v, key_mask, scale)
+        return _torch_op.run(q, k, v, "NHD", scale, "vc", {}, None, False, rope)
+    return _masked(call, q, k, v, key_mask, scale, rope_cos, rope_sin)
 
 
 @torch.library.custom_op("vcattn::dit_layer_attention", mutates_args=(), tags=_CUDAGRAPH_UNSAFE)
 def _layer_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, clock: torch.Tensor, scale: float,
-              key_mask: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+              key_mask: Optional[torch.Tensor], rope_cos: Optional[torch.Tensor],
+              rope_sin: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """A call of a transformer under enable()/set_backend(): the layer is its
     place among the vcattn calls of the forward that vcattn::dit_forward
     began (clock orders the two in a graph)."""
     forward = getattr(_local, "forward", None)
 
-    def call(q, k, v):
+    def call(q, k, v, rope):
         stats["vcattn"] += 1
         if forward is None:  # no forward of an installed transformer began on this thread
-            return _torch_op.run(q, k, v, "NHD", scale, "vc", {}, None, False)
+            return _torch_op.run(q, k, v, "NHD", scale, "vc", {}, None, False, rope)
         inst, counter = forward
         counter[0] += 1
-        return inst.run(counter[0] - 1, q, k, v, scale)
-    return _masked(call, q, k, v, key_mask, scale)
+        return inst.run(counter[0] - 1, q, k, v, scale, rope)
+    return _masked(call, q, k, v, key_mask, scale, rope_cos, rope_sin)
 
 
 @_dropin_op.register_fake
-def _(q, k, v, scale, key_mask):
+def _(q, k, v, scale, key_mask, rope_cos, rope_sin):
     return _torch_op.fake_outputs(q, "NHD")
 
 
 @_layer_op.register_fake
-def _(q, k, v, clock, scale, key_mask):
+def _(q, k, v, clock, scale, key_mask, rope_cos, rope_sin):
     return _torch_op.fake_outputs(q, "NHD")
 
 
@@ -338,6 +361,58 @@ def _forward_op(clock: torch.Tensor, timestep: Optional[torch.Tensor], installat
 @_forward_op.register_fake
 def _(clock, timestep, installation):
     return None
+
+
+# ------------------------------------------------------------ RoPE inside the quantizers
+
+def _wan_processor_class():
+    """diffusers' WanAttnProcessor and the projection helper it calls, or
+    (None, None) where diffusers moved them (then RoPE stays in PyTorch)."""
+    try:
+        from diffusers.models.transformers import transformer_wan as wan
+        return wan.WanAttnProcessor, wan._get_qkv_projections
+    except (ImportError, AttributeError):
+        return None, None
+
+
+class WanRopeProcessor:
+    """diffusers' WanAttnProcessor with Wan's self-attention RoPE applied
+    inside vcattn's quantizers: q and k reach the kernel unrotated, with
+    Wan's cos/sin tables, instead of as rotated copies made in PyTorch (two
+    full passes over q and k). Every other call (cross-attention, the I2V
+    image branch, no rotary embedding) runs the stock processor."""
+
+    def __init__(self, stock, scheduled):
+        self.stock, self.scheduled = stock, scheduled
+
+    @property
+    def _attention_backend(self):  # diffusers' set/reset_attention_backend address the processor
+        return self.stock._attention_backend
+
+    @_attention_backend.setter
+    def _attention_backend(self, value):
+        self.stock._attention_backend = value
+
+    @property
+    def _parallel_config(self):
+        return getattr(self.stock, "_parallel_config", None)
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
+        freqs = rotary_emb
+        if encoder_hidden_states is not None or attn.add_k_proj is not None or freqs is None or \
+                freqs[0].ndim != 4 or freqs[0].shape[0] != 1 or freqs[0].shape[2] != 1:
+            return self.stock(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
+        query, key, value = _wan_processor_class()[1](attn, hidden_states, None)
+        query = attn.norm_q(query).unflatten(2, (attn.heads, -1))
+        key = attn.norm_k(key).unflatten(2, (attn.heads, -1))
+        value = value.unflatten(2, (attn.heads, -1))
+        # Wan's tables repeat each pair's angle: cos at the even, sin at the odd channels
+        rope = (freqs[0][0, :, 0, 0::2], freqs[1][0, :, 0, 1::2])
+        hidden_states = _route(self.scheduled, query, key, value, attention_mask, 0.0, False, None, False, False,
+                               self._parallel_config, rope=rope)
+        hidden_states = hidden_states.flatten(2, 3).type_as(query)
+        hidden_states = attn.to_out[0](hidden_states)
+        return attn.to_out[1](hidden_states)
 
 
 # ------------------------------------------------------------ steps and layer states
@@ -414,9 +489,10 @@ class _Installation:
     """vcattn on one transformer: its processors' backend, and a forward that
     hands the timestep to the op that follows the steps."""
 
-    def __init__(self, transformer, label, steps, method):
+    def __init__(self, transformer, label, steps, method, fuse_rope):
         self.transformer, self.label, self.steps, self.method = transformer, label, steps, method
-        self.saved, self.wrapper = [], None
+        self.saved, self.swapped, self.wrapper = [], [], None
+        wan_processor = _wan_processor_class()[0] if fuse_rope else None
         self.cfg = _core.config(method)
         member = _schedule_member()
         routed, skipped = 0, collections.Counter()
@@ -429,6 +505,9 @@ class _Installation:
                 continue
             self.saved.append((processor, processor._attention_backend))
             processor._attention_backend = member  # what diffusers' set_attention_backend() sets
+            if wan_processor is not None and type(processor) is wan_processor:
+                module.processor = WanRopeProcessor(processor, scheduled=True)
+                self.swapped.append((module, processor))
             routed += 1
         if not routed:
             self.remove()
@@ -467,11 +546,11 @@ class _Installation:
         transformer.forward = forward
         self.wrapper = forward
 
-    def run(self, index, query, key, value, scale):
+    def run(self, index, query, key, value, scale, rope):
         """Run time: the index-th vcattn call of this forward, with its layer's state."""
         generation = self.steps.generation
         if generation is None:
-            return _torch_op.run(query, key, value, "NHD", scale, self.method, {}, None, False)
+            return _torch_op.run(query, key, value, "NHD", scale, self.method, {}, None, False, rope)
         layer_key = (self.label, index, tuple(key.shape))
         state, step, grouped_at = generation.layer(layer_key)
         plan = _core.lib().vcattn_layer_plan(state.c_layer(), ctypes.byref(self.cfg))
@@ -480,7 +559,7 @@ class _Installation:
         if again:
             stats["vcattn:reuse"] += 1
         out = _torch_op.run(query, key, value, "NHD", scale, self.method, _REUSE_GROUPING if again else {},
-                            state.c_layer(), False)
+                            state.c_layer(), False, rope)
         if groups and not again:
             generation.layers[layer_key][2] = step
             generation.groupings.append((layer_key, step, "cold" if plan == 1 else "warm"))
@@ -494,9 +573,11 @@ class _Installation:
             else:
                 self.transformer.forward = self.own_forward
         self.wrapper = None
+        for module, processor in self.swapped:
+            module.processor = processor
         for processor, backend in self.saved:
             processor._attention_backend = backend
-        self.saved = []
+        self.saved, self.swapped = [], []
 
 
 class Handle:
@@ -540,11 +621,13 @@ def _transformers(obj):
     return found
 
 
-def set_backend(pipe_or_transformer, method="vc", num_inference_steps=None):
+def set_backend(pipe_or_transformer, method="vc", num_inference_steps=None, fuse_rope=True):
     """Routes every attention of the transformer(s) that goes through diffusers'
     dispatcher to vcattn, with a per-module LayerState and the step schedule.
     A pipeline tells the step count (its scheduler); a bare transformer needs
-    num_inference_steps for the grouping schedule. Returns a Handle."""
+    num_inference_steps for the grouping schedule. fuse_rope: Wan's
+    self-attention hands q and k to vcattn before RoPE, with its tables, and
+    the quantizers rotate them (WanRopeProcessor). Returns a Handle."""
     _core.config(method)  # unknown methods fail here, not mid-generation
     targets = _transformers(pipe_or_transformer)
     pipeline = None if isinstance(pipe_or_transformer, torch.nn.Module) else pipe_or_transformer
@@ -561,7 +644,7 @@ def set_backend(pipe_or_transformer, method="vc", num_inference_steps=None):
     installations = []
     try:
         for label, transformer in targets:
-            installations.append(_Installation(transformer, label, steps, method))
+            installations.append(_Installation(transformer, label, steps, method, fuse_rope))
             _installed[id(transformer)] = installations[-1]
     except Exception:
         for inst in installations:
@@ -571,9 +654,9 @@ def set_backend(pipe_or_transformer, method="vc", num_inference_steps=None):
     return Handle(steps, installations)
 
 
-def enable(pipe, method="vc", num_inference_steps=None):
+def enable(pipe, method="vc", num_inference_steps=None, fuse_rope=True):
     """vcattn on every transformer of a pipeline (or on one transformer)."""
-    return set_backend(pipe, method=method, num_inference_steps=num_inference_steps)
+    return set_backend(pipe, method=method, num_inference_steps=num_inference_steps, fuse_rope=fuse_rope)
 
 
 def disable(pipe_or_transformer):
