@@ -65,6 +65,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--method", default="vc")
+    ap.add_argument("--fuse-rope", type=int, default=1, choices=(0, 1),
+                    help="1: Wan's RoPE inside vcattn's quantizers (enable()'s default); 0: in PyTorch")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     cuda_or_exit("bench_transformer", args.device)
@@ -93,7 +95,8 @@ def main():
             attn = sum(e.device_time for e in events if any(s in e.name.lower() for s in ("fmha", "flash", "cudnn", "attention")))
             attention_share = attn / total if total else None
 
-        session = vcattn.diffusers.enable(model, num_inference_steps=args.steps, method=args.method)
+        session = vcattn.diffusers.enable(model, num_inference_steps=args.steps, method=args.method,
+                                          fuse_rope=bool(args.fuse_rope))
         try:
             # timestep 1000 starts a generation (step 0: cold k-means, then warm from the
             # previous centroids); 999 is step 1, which reuses the permutation (a plain
@@ -131,7 +134,7 @@ def main():
            "vc_grouping_ms": group_ms, "vc_plain_ms": plain_ms, "vc_schedule_avg_ms": avg_ms,
            "speedup_plain": sdpa_ms / plain_ms, "speedup_grouping": sdpa_ms / group_ms,
            "speedup_schedule": sdpa_ms / avg_ms, "attention_share_sdpa": attention_share,
-           "sage2_ms": sage_ms, "method": args.method, "last_step": last_step}
+           "sage2_ms": sage_ms, "method": args.method, "last_step": last_step, "fuse_rope": args.fuse_rope}
     print("%s, %d tokens, %s: SDPA %.1f ms; vcattn grouping step %.1f ms (%.2fx), plain step %.1f ms (%.2fx), "
           "schedule average %.2fx; attention share of the SDPA forward %s" % (
               name, tokens, args.device, sdpa_ms, group_ms, row["speedup_grouping"], plain_ms,
