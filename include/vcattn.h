@@ -103,6 +103,13 @@ VCATTN_API vcattn_tensor vcattn_tensor_bhnd(void *data, vcattn_dtype dtype, int6
 VCATTN_API vcattn_tensor vcattn_tensor_bnhd(void *data, vcattn_dtype dtype, int64_t batch,
                                             int64_t heads, int64_t tokens, int64_t head_dim);
 
+/* Sizes every view may have, broadcast views (stride 0) included: work
+ * buffers scale with the logical sizes, and permutation indices are 32-bit.
+ * A view past them, or whose strides times sizes pass the address space,
+ * gets VCATTN_ERR_INVALID_ARGUMENT. */
+#define VCATTN_MAX_TOKENS 2147483647LL   /* tokens of a view (2^31 - 1) */
+#define VCATTN_MAX_ELEMENTS (1LL << 48)  /* batch x heads x tokens x head_dim of a view */
+
 /*
  * Rotary position embedding tables, supplied by the caller: cos and sin are
  * float32 [tokens][head_dim/2]. Query token i uses row i of the q tables, key
@@ -307,7 +314,9 @@ typedef enum {
 } vcattn_grouping;
 
 VCATTN_API const char *vcattn_grouping_name(vcattn_grouping grouping);
-/* What a call with this config would do at the layer's current step. */
+/* What a call with this config would do at the layer's current step; a
+ * config vcattn_attention would refuse (a field out of its range) gives
+ * VCATTN_GROUP_NONE, as does NULL. */
 VCATTN_API vcattn_grouping vcattn_layer_plan(const vcattn_layer *layer, const vcattn_config *cfg);
 
 /* -------------------------------------------------------------- attention */

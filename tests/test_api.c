@@ -66,6 +66,45 @@ static void expect(vcattn_context *ctx, call_t *c, vcattn_status want, const cha
     CHECK(untouched(), "%s: output written on error", what);
 }
 
+/* Sizes whose arithmetic overflowed: refused with a message, no write, no
+ * crash (these calls once overflowed a heap buffer or wrote over q). */
+static void test_size_arithmetic(vcattn_context *ctx) {
+    call_t c;
+    /* k and v rows broadcast (every stride 0) to 2^56 tokens: 256 bytes of
+     * memory, but work buffers of 2^56 rows whose byte counts wrapped */
+    c = good_call();
+    c.k.tokens = c.v.tokens = (int64_t)1 << 56;
+    c.k.stride_batch = c.k.stride_head = c.k.stride_token = 0;
+    c.v.stride_batch = c.v.stride_head = c.v.stride_token = 0;
+    c.cfg.check_finite = 0;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "k, v broadcast to 2^56 tokens");
+    c.cfg.check_finite = 1;  /* the finite scan would walk 2^62 elements */
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "k, v broadcast to 2^56 tokens, checked for NaN");
+    /* q broadcast to more tokens than a permutation index holds (int32) */
+    c = good_call();
+    c.q.tokens = c.out.tokens = (int64_t)1 << 31;
+    c.q.stride_token = 0;
+    c.out.stride_token = 0;  /* refused for its size before its overlap */
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "2^31 query tokens");
+    /* out's second head 2^62 + delta floats away: its byte offset wraps past
+     * 2^64 onto q, so the output span looked disjoint and q was overwritten */
+    static float q_before[B * H * N * D];
+    memcpy(q_before, q, sizeof q);
+    c = good_call();
+    const int64_t delta = (int64_t)((uintptr_t)q - (uintptr_t)out) / 4;
+    c.out.stride_head = ((int64_t)1 << 62) + delta;
+    c.cfg.check_finite = 0;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "out stride wrapping the address space onto q");
+    CHECK(memcmp(q_before, q, sizeof q) == 0, "a wrapping out stride overwrote q");
+    memcpy(q, q_before, sizeof q);
+    /* lse's extent from out's sizes: 2^31 heads x 2^31 tokens of float wrap too */
+    c = good_call();
+    c.q.heads = c.out.heads = (int64_t)1 << 40;
+    c.q.stride_head = c.out.stride_head = 0;
+    c.cfg.check_finite = 0;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "2^40 query heads");
+}
+
 static void test_bad_inputs(vcattn_context *ctx) {
     call_t c;
     c = good_call(); c.q.data = NULL; expect(ctx, &c, VCATTN_ERR_NULL_POINTER, "NULL q data");
@@ -112,6 +151,7 @@ static void test_bad_inputs(vcattn_context *ctx) {
     c = good_call(); c.q = vcattn_tensor_bnhd(q, VCATTN_DTYPE_F32, 0, INT64_MAX / 2, 3, 4);
     expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "bnhd view with a zero dim");
     c = good_call(); c.out.stride_token = 1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "overlapping out rows");
+    test_size_arithmetic(ctx);
     /* Output views that overlap themselves: heads or batches on top of each other. */
     c = good_call(); c.out.stride_head = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "out stride_head 0");
     c = good_call(); c.out.stride_head = N * D - 1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "out heads overlap");

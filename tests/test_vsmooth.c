@@ -110,6 +110,15 @@ static void test_schedule(void) {
     }
     CHECK(strcmp(trace, "CRRRWRRRWR------------------------------") == 0, "40-step schedule: %s", trace);
     CHECK(vcattn_layer_step(layer) == 39, "step kept");
+    /* A config a call would refuse, on a layer that has grouped: no plan, and
+     * no division by its zero refresh (this query once divided by zero). */
+    vcattn_config bad = c;
+    bad.group_refresh = 0;
+    vcattn_layer_set_step(layer, 1);
+    CHECK(vcattn_layer_plan(layer, &bad) == VCATTN_GROUP_NONE, "group_refresh 0: no plan");
+    bad = c;
+    bad.group_window = NAN;
+    CHECK(vcattn_layer_plan(layer, &bad) == VCATTN_GROUP_NONE, "group_window NaN: no plan");
 
     /* The paper's 8-step setting: window ceil(8/4) = 2. */
     vcattn_layer *short_layer;

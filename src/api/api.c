@@ -94,21 +94,14 @@ static vcattn_status check_tensor(vcattn_context *ctx, const vcattn_tensor *t, c
                            (long long)t->head_dim);
     if (t->stride_batch < 0 || t->stride_head < 0 || t->stride_token < 0)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "%s: strides must be non-negative", name);
+    vcattn_view_size size;
+    const char *why = vcattn_view_measure(t, &size);
+    if (why)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "%s: %s (B=%lld H=%lld N=%lld D=%lld, strides %lld, "
+                           "%lld, %lld)", name, why, (long long)t->batch, (long long)t->heads, (long long)t->tokens,
+                           (long long)t->head_dim, (long long)t->stride_batch, (long long)t->stride_head,
+                           (long long)t->stride_token);
     return VCATTN_OK;
-}
-
-/* Elements from a view's first to one past its last (strides and sizes
- * already checked positive); 0 if that does not fit in int64. */
-static int64_t view_extent(const vcattn_tensor *t) {
-    const int64_t size[3] = {t->batch, t->heads, t->tokens};
-    const int64_t stride[3] = {t->stride_batch, t->stride_head, t->stride_token};
-    int64_t extent = t->head_dim;
-    for (int i = 0; i < 3; i++) {
-        if (size[i] == 1) continue;
-        if (stride[i] > (INT64_MAX - extent) / (size[i] - 1)) return 0;
-        extent += stride[i] * (size[i] - 1);
-    }
-    return extent;
 }
 
 /* Whether distinct (b, h, n, d) of out land on distinct elements: taken
@@ -126,7 +119,7 @@ static int view_self_disjoint(const vcattn_tensor *t) {
     for (int i = 0; i < 3; i++) {
         if (size[i] == 1) continue;
         if (stride[i] < spanned) return 0;
-        spanned += stride[i] * (size[i] - 1);  /* no overflow: view_extent checked the same sum */
+        spanned += stride[i] * (size[i] - 1);  /* no overflow: at most the view's measured extent */
     }
     return 1;
 }
@@ -136,14 +129,19 @@ typedef struct {
     uintptr_t lo, hi;  /* bytes [lo, hi) */
 } span;
 
+/* check_tensor measured every view: its span fits the address space. */
 static span view_span(const char *name, const vcattn_tensor *t) {
-    span s = {name, (uintptr_t)t->data, (uintptr_t)t->data + (uintptr_t)view_extent(t) * dtype_size(t->dtype)};
+    vcattn_view_size size;
+    vcattn_view_measure(t, &size);
+    span s = {name, size.lo, size.hi};
     return s;
 }
 
-static span array_span(const char *name, const void *p, int64_t count, size_t esize) {
-    span s = {name, (uintptr_t)p, (uintptr_t)p + (uintptr_t)count * esize};
-    return s;
+/* Counts below VCATTN_MAX_ELEMENTS: 0 when the array would pass the address space. */
+static int array_span(const char *name, const void *p, int64_t count, size_t esize, span *s) {
+    s->name = name;
+    s->lo = (uintptr_t)p;
+    return vcattn_array_span(p, count, esize, &s->hi);
 }
 
 static int spans_meet(span a, span b) { return a.lo < b.hi && b.lo < a.hi; }
@@ -155,11 +153,6 @@ static int spans_meet(span a, span b) { return a.lo < b.hi && b.lo < a.hi; }
 static vcattn_status check_aliasing(vcattn_context *ctx, const vcattn_tensor *q, const vcattn_tensor *k,
                                     const vcattn_tensor *v, const vcattn_tensor *out, const float *lse,
                                     const vcattn_rope *rope) {
-    const vcattn_tensor *views[4] = {q, k, v, out};
-    const char *names[4] = {"q", "k", "v", "out"};
-    for (int i = 0; i < 4; i++)
-        if (!view_extent(views[i]))
-            return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "%s: strides times sizes overflow int64", names[i]);
     if (!view_self_disjoint(out))
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "out: the view overlaps itself (strides batch %lld, head %lld, token %lld for "
@@ -173,13 +166,17 @@ static vcattn_status check_aliasing(vcattn_context *ctx, const vcattn_tensor *q,
     in[n++] = view_span("v", v);
     if (rope) {
         const int64_t half = q->head_dim / 2;
-        in[n++] = array_span("the rope q_cos table", rope->q_cos, q->tokens * half, sizeof(float));
-        in[n++] = array_span("the rope q_sin table", rope->q_sin, q->tokens * half, sizeof(float));
-        in[n++] = array_span("the rope k_cos table", rope->k_cos, k->tokens * half, sizeof(float));
-        in[n++] = array_span("the rope k_sin table", rope->k_sin, k->tokens * half, sizeof(float));
+        const struct { const char *name; const float *table; int64_t tokens; } tables[4] = {
+            {"the rope q_cos table", rope->q_cos, q->tokens}, {"the rope q_sin table", rope->q_sin, q->tokens},
+            {"the rope k_cos table", rope->k_cos, k->tokens}, {"the rope k_sin table", rope->k_sin, k->tokens}};
+        for (int i = 0; i < 4; i++)
+            if (!array_span(tables[i].name, tables[i].table, tables[i].tokens * half, sizeof(float), &in[n++]))
+                return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "%s passes the address space", tables[i].name);
     }
     const span o = view_span("out", out);
-    const span l = array_span("lse", lse, out->batch * out->heads * out->tokens, sizeof(float));
+    span l = {"lse", 0, 0};
+    if (lse && !array_span("lse", lse, out->batch * out->heads * out->tokens, sizeof(float), &l))
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "lse passes the address space");
     for (int i = 0; i < n; i++) {
         if (spans_meet(o, in[i]))
             return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
@@ -210,51 +207,6 @@ static int table_finite(const float *tab, int64_t count) {
     for (int64_t i = 0; i < count; i++)
         if (!vcattn_isfinite_f32(tab[i])) return 0;
     return 1;
-}
-
-static vcattn_status check_config(vcattn_context *ctx, const vcattn_config *c, int64_t d) {
-    if ((unsigned)c->qk_format > VCATTN_QK_NVFP4 || (unsigned)c->p_format > VCATTN_P_NVFP4 ||
-        (unsigned)c->v_format > VCATTN_V_NVFP4)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: unknown format value");
-    const struct { int value; const char *name; } flags[] = {
-        {c->k_smoothing, "k_smoothing"}, {c->hadamard, "hadamard"}, {c->vsmooth, "vsmooth"},
-        {c->demean_outside_window, "demean_outside_window"}, {c->check_finite, "check_finite"},
-        {c->q_smoothing, "q_smoothing"}};
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        if (flags[i].value != 0 && flags[i].value != 1)
-            return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: %s must be 0 or 1, got %d",
-                               flags[i].name, flags[i].value);
-    if (!(c->sm_scale >= 0.0f && c->sm_scale <= VCATTN_MAX_SM_SCALE))
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
-                           "config: sm_scale must be in [0, %g] (0 = 1/sqrt(D))", (double)VCATTN_MAX_SM_SCALE);
-    if (!(c->expcast_beta > -1.0f && c->expcast_beta < 1.0f))
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: expcast_beta must be in (-1, 1)");
-    if (c->kmeans_clusters < 0 || c->kmeans_clusters > VCATTN_MAX_KMEANS_CLUSTERS)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
-                           "config: kmeans_clusters must be in [0, %d] (0 = auto)", VCATTN_MAX_KMEANS_CLUSTERS);
-    if (c->kmeans_iters < 1 || c->kmeans_iters > VCATTN_MAX_KMEANS_ITERS || c->kmeans_warm_iters < 1 ||
-        c->kmeans_warm_iters > VCATTN_MAX_KMEANS_ITERS)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
-                           "config: kmeans_iters and kmeans_warm_iters must be in [1, %d]", VCATTN_MAX_KMEANS_ITERS);
-    if (c->expcast_min_keys < 0)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: expcast_min_keys must be >= 0, got %d",
-                           c->expcast_min_keys);
-    if (!(c->sink_guard >= 0.0f && c->sink_guard <= 1.0f))
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: sink_guard must be in [0, 1]");
-    if (!(c->group_window >= 0.0f && c->group_window <= 1.0f) || c->group_refresh < 1)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
-                           "config: group_window must be in [0, 1] and group_refresh >= 1");
-    if (c->num_threads < 0 || c->num_threads > VCATTN_MAX_THREADS)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "config: num_threads must be in [0, %d] (0 = all cores)",
-                           VCATTN_MAX_THREADS);
-    if (c->hadamard && !vcattn_is_pow2(d))
-        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
-                           "config: the Hadamard rotation needs a power-of-two head dim, got %lld",
-                           (long long)d);
-    if ((c->qk_format == VCATTN_QK_NVFP4) && d % 16 != 0)
-        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
-                           "config: NVFP4 Q/K needs a head dim divisible by 16, got %lld", (long long)d);
-    return VCATTN_OK;
 }
 
 vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg,
@@ -291,7 +243,8 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
         return vcattn_fail(ctx, VCATTN_ERR_SHAPE_MISMATCH,
                            "query heads (%lld) must be a multiple of key/value heads (%lld)",
                            (long long)q->heads, (long long)k->heads);
-    if ((s = check_config(ctx, cfg, d))) return s;
+    char why[VCATTN_ERRMSG_LEN];
+    if ((s = vcattn_config_check(cfg, d, why, sizeof why))) return vcattn_fail(ctx, s, "%s", why);
     if (rope && (!rope->q_cos || !rope->q_sin || !rope->k_cos || !rope->k_sin))
         return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "rope: all four tables are required");
     if (has_out && (s = check_aliasing(ctx, q, k, v, out, lse, rope))) return s;

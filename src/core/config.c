@@ -1,6 +1,7 @@
 /* Configuration: defaults, the named method presets, and the names of enums. */
 #include "internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 vcattn_config vcattn_config_default(void) {
@@ -51,6 +52,68 @@ static const method_preset METHODS[] = {
 
 static const char *const METHOD_NAMES[NUM_METHODS + 1] = {
     "bf16", "fp8-naive", "sage2", "vsmooth", "vc", "sage3-4bit", "vsmooth-4bit", NULL};
+
+/* Writes the reason (when why is not NULL) and returns status. */
+static vcattn_status config_fail(char *why, size_t len, vcattn_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+static vcattn_status config_fail(char *why, size_t len, vcattn_status status, const char *fmt, ...) {
+    if (why && len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, len, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+vcattn_status vcattn_config_check(const vcattn_config *c, int64_t d, char *why, size_t len) {
+    if ((unsigned)c->qk_format > VCATTN_QK_NVFP4 || (unsigned)c->p_format > VCATTN_P_NVFP4 ||
+        (unsigned)c->v_format > VCATTN_V_NVFP4)
+        return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT, "config: unknown format value");
+    const struct { int value; const char *name; } flags[] = {
+        {c->k_smoothing, "k_smoothing"}, {c->hadamard, "hadamard"}, {c->vsmooth, "vsmooth"},
+        {c->demean_outside_window, "demean_outside_window"}, {c->check_finite, "check_finite"},
+        {c->q_smoothing, "q_smoothing"}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (flags[i].value != 0 && flags[i].value != 1)
+            return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT, "config: %s must be 0 or 1, got %d",
+                               flags[i].name, flags[i].value);
+    if (!(c->sm_scale >= 0.0f && c->sm_scale <= VCATTN_MAX_SM_SCALE))
+        return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT,
+                           "config: sm_scale must be in [0, %g] (0 = 1/sqrt(D))", (double)VCATTN_MAX_SM_SCALE);
+    if (!(c->expcast_beta > -1.0f && c->expcast_beta < 1.0f))
+        return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT, "config: expcast_beta must be in (-1, 1)");
+    if (c->kmeans_clusters < 0 || c->kmeans_clusters > VCATTN_MAX_KMEANS_CLUSTERS)
+        return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT,
+                           "config: kmeans_clusters must be in [0, %d] (0 = auto)", VCATTN_MAX_KMEANS_CLUSTERS);
+    if (c->kmeans_iters < 1 || c->kmeans_iters > VCATTN_MAX_KMEANS_ITERS || c->kmeans_warm_iters < 1 ||
+        c->kmeans_warm_iters > VCATTN_MAX_KMEANS_ITERS)
+        return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT,
+                           "config: kmeans_iters and kmeans_warm_iters must be in [1, %d]", VCATTN_MAX_KMEANS_ITERS);
+    if (c->expcast_min_keys < 0)
+        return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT, "config: expcast_min_keys must be >= 0, got %d",
+                           c->expcast_min_keys);
+    if (!(c->sink_guard >= 0.0f && c->sink_guard <= 1.0f))
+        return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT, "config: sink_guard must be in [0, 1]");
+    if (!(c->group_window >= 0.0f && c->group_window <= 1.0f) || c->group_refresh < 1)
+        return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT,
+                           "config: group_window must be in [0, 1] and group_refresh >= 1");
+    if (c->num_threads < 0 || c->num_threads > VCATTN_MAX_THREADS)
+        return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT, "config: num_threads must be in [0, %d] (0 = all cores)",
+                           VCATTN_MAX_THREADS);
+    if (d <= 0) return VCATTN_OK;  /* the checks below need the call's head dim */
+    if (c->hadamard && !vcattn_is_pow2(d))
+        return config_fail(why, len, VCATTN_ERR_UNSUPPORTED_CONFIG,
+                           "config: the Hadamard rotation needs a power-of-two head dim, got %lld",
+                           (long long)d);
+    if ((c->qk_format == VCATTN_QK_NVFP4) && d % 16 != 0)
+        return config_fail(why, len, VCATTN_ERR_UNSUPPORTED_CONFIG,
+                           "config: NVFP4 Q/K needs a head dim divisible by 16, got %lld", (long long)d);
+    return VCATTN_OK;
+}
 
 const char *const *vcattn_method_names(void) { return METHOD_NAMES; }
 

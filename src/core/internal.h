@@ -6,6 +6,7 @@
 #include "vcattn.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdarg.h>
 
 #ifdef __cplusplus
@@ -26,6 +27,28 @@ struct vcattn_context {
     void *progress_user;
     char last_error[VCATTN_ERRMSG_LEN];
 };
+
+/* The sizes of a view, measured once with overflow checks (the only place
+ * the library computes them): its logical elements B*H*N*D, its extent in
+ * elements from the first to one past the last, and the bytes [lo, hi) it
+ * spans in memory. */
+typedef struct {
+    int64_t elements, extent;
+    uintptr_t lo, hi;
+} vcattn_view_size;
+
+/* Measures a view whose sizes are positive and strides non-negative: NULL,
+ * or what passes which limit (VCATTN_MAX_TOKENS, VCATTN_MAX_ELEMENTS, the
+ * address space). */
+const char *vcattn_view_measure(const vcattn_tensor *t, vcattn_view_size *size);
+
+/* *hi = p + count * esize, or 0 when that passes the address space. */
+int vcattn_array_span(const void *p, int64_t count, size_t esize, uintptr_t *hi);
+
+/* The config validator every function taking a config calls: VCATTN_OK, or
+ * the status with the reason written to why (len bytes; why may be NULL).
+ * head_dim <= 0 skips the checks that need the call's head dim. */
+vcattn_status vcattn_config_check(const vcattn_config *cfg, int64_t head_dim, char *why, size_t len);
 
 /* Records a message on ctx (may be NULL) and returns status. */
 vcattn_status vcattn_fail(vcattn_context *ctx, vcattn_status status, const char *fmt, ...)

@@ -25,6 +25,47 @@ vcattn_tensor vcattn_tensor_bnhd(void *data, vcattn_dtype dtype, int64_t batch,
     return t;
 }
 
+/* a * b into *out, or 0 when it passes limit (a, b, limit non-negative). */
+static int mul_within(int64_t a, int64_t b, int64_t limit, int64_t *out) {
+    if (a != 0 && b > limit / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+const char *vcattn_view_measure(const vcattn_tensor *t, vcattn_view_size *size) {
+    if (t->tokens > VCATTN_MAX_TOKENS) return "more than VCATTN_MAX_TOKENS tokens";
+    int64_t rows, elements;
+    if (!mul_within(t->batch, t->heads, VCATTN_MAX_ELEMENTS, &rows) ||
+        !mul_within(rows, t->tokens, VCATTN_MAX_ELEMENTS, &rows) ||
+        !mul_within(rows, t->head_dim, VCATTN_MAX_ELEMENTS, &elements))
+        return "more than VCATTN_MAX_ELEMENTS elements (batch x heads x tokens x head_dim)";
+    /* elements from the first to one past the last, then bytes, then addresses */
+    const int64_t count[3] = {t->batch, t->heads, t->tokens};
+    const int64_t stride[3] = {t->stride_batch, t->stride_head, t->stride_token};
+    const int64_t esize = t->dtype == VCATTN_DTYPE_F32 ? 4 : 2;
+    int64_t extent = t->head_dim;
+    for (int i = 0; i < 3; i++) {
+        int64_t step;
+        if (count[i] == 1) continue;
+        if (!mul_within(stride[i], count[i] - 1, INT64_MAX - extent, &step))
+            return "strides times sizes pass the address space";
+        extent += step;
+    }
+    if (extent > INT64_MAX / esize || (uint64_t)(extent * esize) > UINTPTR_MAX - (uintptr_t)t->data)
+        return "strides times sizes pass the address space";
+    size->elements = elements;
+    size->extent = extent;
+    size->lo = (uintptr_t)t->data;
+    size->hi = (uintptr_t)t->data + (uintptr_t)(extent * esize);
+    return NULL;
+}
+
+int vcattn_array_span(const void *p, int64_t count, size_t esize, uintptr_t *hi) {
+    if (count < 0 || (uint64_t)count > (UINTPTR_MAX - (uintptr_t)p) / esize) return 0;
+    *hi = (uintptr_t)p + (uintptr_t)count * esize;
+    return 1;
+}
+
 static int64_t row_offset(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n) {
     return b * t->stride_batch + h * t->stride_head + n * t->stride_token;
 }

@@ -3,6 +3,7 @@
  * `refresh` steps (0, 4, 8 of 40) from the previous centroids; afterwards
  * either the plain low-bit kernel or the last permutation, demeaned. */
 #include "vsmooth.h"
+#include "../core/internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -57,7 +58,7 @@ int vsmooth_in_window(const vcattn_layer *l, const vcattn_config *cfg) {
 }
 
 vcattn_grouping vcattn_layer_plan(const vcattn_layer *l, const vcattn_config *cfg) {
-    if (!cfg || !cfg->vsmooth) return VCATTN_GROUP_NONE;
+    if (!cfg || !cfg->vsmooth || vcattn_config_check(cfg, 0, NULL, 0) != VCATTN_OK) return VCATTN_GROUP_NONE;
     if (!l) return VCATTN_GROUP_PRINCIPAL;
     if (vsmooth_in_window(l, cfg)) {
         if (!l->has_grouping) return VCATTN_GROUP_COLD;
