@@ -117,6 +117,19 @@ raises(ValueError, lambda: vcattn.attention(q.astype(np.float64), k, v), "dtype"
 raises(ValueError, lambda: vcattn.attention(q[0], k, v), "4-D", "3-D input")
 raises(TypeError, lambda: vcattn.attention(q, k, v, attn_mask=np.ones((200, 300))), "attn_mask", "mask")
 raises(TypeError, lambda: vcattn.attention(q, k, v, state=object()), "LayerState", "state type")
+# values ctypes would narrow silently, and inputs that once got messages about something else
+raises(ValueError, lambda: vcattn.attention(q, k, v, kmeans_clusters=2 ** 32 + 3), "C type's range",
+       "an integer past 32 bits (became 3)")
+raises(ValueError, lambda: vcattn.attention(q, k, v, kmeans_seed=-1), "C type's range", "a negative seed")
+raises(ValueError, lambda: vcattn.attention(q, k, v, sm_scale=1e-50), "float32", "a scale float32 rounds to 0 "
+       "(0 means the default)")
+raises(ValueError, lambda: vcattn.attention(q, k, v, sink_guard=1e-50), "float32", "a switch float32 rounds to 0")
+raises(ValueError, lambda: vcattn.attention(q[:, :, :0], k, v), "empty", "an empty q")
+raises(TypeError, lambda: vcattn.attention(q.tolist(), k, v), "numpy array", "a list for q")
+byte_view = np.ndarray(q.shape, dtype=np.float32, buffer=np.zeros(q.nbytes + 64, np.uint8),
+                       strides=(q.strides[0] + 2,) + q.strides[1:])
+raises(ValueError, lambda: vcattn.attention(byte_view, byte_view, byte_view), "multiples",
+       "strides that are not multiples of the item size (read at the wrong addresses)")
 bad = v.copy()
 bad[0, 1, 7, 3] = np.nan
 raises(ValueError, lambda: vcattn.attention(q, k, bad), "NaN", "NaN input")
@@ -165,6 +178,7 @@ if torch is not None:
     strided = torch.from_numpy(np.ascontiguousarray(nhd[0])).transpose(1, 2)  # non-contiguous HND view
     check(torch.equal(vcattn.attention(strided, tk, tv), out_t), "strided view differs")
     raises(ValueError, lambda: vcattn.attention(tq, tk.double(), tv), "dtype", "mixed dtypes")
+    raises(TypeError, lambda: vcattn.attention(tq, k, v), "all be torch tensors or all numpy", "torch q, numpy k")
     gq = tq.clone().requires_grad_()
     raises(RuntimeError, lambda: vcattn.attention(gq, tk, tv), "inference only", "requires_grad input")
     with torch.no_grad():

@@ -55,6 +55,24 @@ _UNSUPPORTED = {
 }
 
 
+def _fits(key, value):
+    """value as the C field key holds it, or a ValueError where the C type
+    would change it (an integer out of its range, a nonzero float that
+    float32 rounds to 0 or to infinity): ctypes narrows silently."""
+    ctype = _FIELDS[key]
+    if ctype is ctypes.c_float:
+        narrowed = ctypes.c_float(value).value
+        if (value != 0 and narrowed == 0) or (math.isfinite(value) and not math.isfinite(narrowed)):
+            raise ValueError("vcattn: config field %s=%r is outside float32's range (it would become %r)"
+                             % (key, value, narrowed))
+        return float(value)
+    bits = ctypes.sizeof(ctype) * 8
+    lo, hi = (0, 2 ** bits - 1) if ctype is ctypes.c_uint64 else (-2 ** (bits - 1), 2 ** (bits - 1) - 1)
+    if not lo <= value <= hi:
+        raise ValueError("vcattn: config field %s=%d is outside its C type's range [%d, %d]" % (key, value, lo, hi))
+    return int(value)
+
+
 def check_switches(switches):
     """Config field overrides as {name: int or float}, or a TypeError naming the bad one."""
     out = {}
@@ -68,7 +86,7 @@ def check_switches(switches):
         if not isinstance(value, (int, float)) or not (is_float or float(value).is_integer()):
             raise TypeError("vcattn: config field %s takes %s, got %r"
                             % (key, "a number" if is_float else "an integer", value))
-        out[key] = float(value) if is_float else int(value)
+        out[key] = _fits(key, float(value) if is_float else int(value))
     return out
 
 
@@ -100,6 +118,8 @@ def config(method="vc", sm_scale=None, check_finite=True, **switches):
         if not (sm_scale > 0 and math.isfinite(sm_scale)):
             raise ValueError("vcattn: sm_scale must be a positive finite number, got %r" % (sm_scale,))
         cfg.sm_scale = float(sm_scale)
+        if cfg.sm_scale == 0:  # 0 would mean the default 1/sqrt(D)
+            raise ValueError("vcattn: sm_scale=%r is below float32's smallest positive value" % (sm_scale,))
     cfg.check_finite = int(bool(check_finite))
     for key, value in check_switches(switches).items():
         setattr(cfg, key, value)
@@ -144,7 +164,8 @@ def layer_of(state_id, num_inference_steps, step):
     c = _c_layers.get(state_id)
     if c is None:
         c = _c_layers[state_id] = _CLayer(num_inference_steps)
-    lib().vcattn_layer_set_step(c.handle, step)
+    if lib().vcattn_layer_set_step(c.handle, step):
+        raise ValueError("vcattn: step %d is outside [0, %d) (num_inference_steps)" % (step, num_inference_steps))
     return c.handle
 
 
@@ -202,13 +223,32 @@ class LayerState:
         _c_layers.pop(getattr(self, "id", None), None)
 
 
+def _kind(t):
+    """"torch" or "numpy" for a tensor or an array, else None."""
+    module = type(t).__module__
+    if module.startswith("torch") and hasattr(t, "data_ptr"):
+        return "torch"
+    if module.startswith("numpy") and hasattr(t, "ctypes"):
+        return "numpy"
+    return None
+
+
 def _check_layout(q, k, v, tensor_layout):
     if tensor_layout not in _LAYOUTS:
         raise ValueError("vcattn: tensor_layout must be 'HND' ([B, H, N, D]) or 'NHD' ([B, N, H, D]), "
                          "got %r" % (tensor_layout,))
+    kinds = [_kind(t) for t in (q, k, v)]
+    for name, t, kind in zip("qkv", (q, k, v), kinds):
+        if kind is None:
+            raise TypeError("vcattn: %s must be a torch tensor or a numpy array, got %s" % (name, type(t).__name__))
+    if len(set(kinds)) > 1:
+        raise TypeError("vcattn: q, k, v must all be torch tensors or all numpy arrays, got %s"
+                        % ", ".join(kinds))
     for name, t in (("q", q), ("k", k), ("v", v)):
         if len(t.shape) != 4:
             raise ValueError("vcattn: %s must be 4-D (%s), got shape %s" % (name, tensor_layout, tuple(t.shape)))
+        if 0 in tuple(t.shape):
+            raise ValueError("vcattn: %s is empty (shape %s): every size must be positive" % (name, tuple(t.shape)))
     def bhnd(t):
         b, x, y, d = t.shape
         return (b, x, y, d) if tensor_layout == "HND" else (b, y, x, d)

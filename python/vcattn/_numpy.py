@@ -11,6 +11,8 @@ _DTYPES = {np.dtype(np.float32): _capi.F32, np.dtype(np.float16): _capi.F16}
 def _desc(a, layout):
     if a.dtype not in _DTYPES:
         raise ValueError("vcattn: numpy arrays must be float32 or float16, got %s" % a.dtype)
+    if any(st % a.itemsize for st in a.strides):  # a view at byte offsets: element strides would misread it
+        raise ValueError("vcattn: strides %s (bytes) are not multiples of the %d-byte items" % (a.strides, a.itemsize))
     if a.strides[-1] != a.itemsize:
         raise ValueError("vcattn: the head dim must be contiguous")
     b, x, y, d = a.shape
