@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1395,6 +1396,9 @@ static int cmd_expcast(int argc, char **argv) {
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
+    /* A write past the file-size limit then fails with EFBIG and npy_write
+     * removes its temporary file, instead of SIGXFSZ killing the process. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         fputs(USAGE, stderr);
         return EXIT_USAGE;
