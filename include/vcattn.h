@@ -279,7 +279,8 @@ VCATTN_API vcattn_status vcattn_set_cuda_stream(vcattn_context *ctx, void *strea
  * from one of the call's threads, never two at once, with done increasing,
  * at most about 100 times a call; the last call has done == total. CPU
  * backend only (a CUDA call is over in milliseconds); fn NULL turns it off.
- * fn must not call back into the library with this context. */
+ * fn must not call back into the library with this context; it may run
+ * calls on other contexts (each call holds a lock of its own). */
 typedef void (*vcattn_progress_fn)(int64_t done, int64_t total, void *user);
 VCATTN_API vcattn_status vcattn_set_progress(vcattn_context *ctx, vcattn_progress_fn fn, void *user);
 /* Whether a backend can run here; if not, why (static string) in *why. */

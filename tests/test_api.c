@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #define B 1
 #define H 2
@@ -393,6 +394,21 @@ static void log_progress(int64_t done, int64_t total, void *user) {
     p->calls++;
 }
 
+typedef struct {
+    vcattn_context *inner;
+    progress_log inner_log;
+    vcattn_status status;
+    int calls;
+} nested_call;
+
+static void progress_calls_inner(int64_t done, int64_t total, void *user) {
+    (void)done; (void)total;
+    nested_call *n = user;
+    if (n->calls++) return;  /* once is enough */
+    call_t c = good_call();
+    n->status = vcattn_attention(n->inner, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL);
+}
+
 static void test_progress(void) {
     vcattn_context *ctx;
     if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return;
@@ -408,6 +424,23 @@ static void test_progress(void) {
     vcattn_set_progress(ctx, NULL, NULL);
     CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK &&
           log.calls == calls, "progress off: no more calls");
+    /* A callback that runs a call on a second context with its own callback
+     * returns (both once waited on one process-wide lock: a hang). The alarm
+     * turns a hang back into a failure. */
+    nested_call nest = {NULL, {0, 1, 0, 0}, VCATTN_OK, 0};
+    vcattn_create(&nest.inner, VCATTN_BACKEND_CPU);
+    vcattn_set_progress(nest.inner, log_progress, &nest.inner_log);
+    vcattn_set_progress(ctx, progress_calls_inner, &nest);
+    alarm(60);
+    static float outer_out[B * H * N * D];
+    c.out = vcattn_tensor_bhnd(outer_out, VCATTN_DTYPE_F32, B, H, N, D);
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, NULL, NULL) == VCATTN_OK,
+          "call whose progress calls a second context");
+    alarm(0);
+    CHECK(nest.calls >= 1 && nest.status == VCATTN_OK && nest.inner_log.last == B * H * N,
+          "nested progress: %d inner calls, status %d, inner progress %lld", nest.calls, (int)nest.status,
+          (long long)nest.inner_log.last);
+    vcattn_destroy(nest.inner);
     vcattn_destroy(ctx);
 }
 

@@ -405,7 +405,13 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_call *call, const 
 
     const int64_t qtiles = (p.nq + VCATTN_TILE - 1) / VCATTN_TILE;
     const int64_t total_rows = nqh * p.nq;
-    int64_t rows_done = 0, rows_told = 0;  /* under the critical section below */
+    int64_t rows_done = 0, rows_told = 0;  /* under progress_lock */
+    /* This call's own lock, not a process-wide critical section: a callback
+     * may run a call on another context, which takes its own lock. */
+    const vcattn_progress_fn progress = ctx->progress;
+    void *const progress_user = ctx->progress_user;
+    omp_lock_t progress_lock;
+    if (progress) omp_init_lock(&progress_lock);
     #pragma omp parallel for num_threads(threads) schedule(dynamic)
     for (int64_t w = 0; w < nqh * qtiles; w++) {
         int64_t gq = w / qtiles, i0 = (w % qtiles) * VCATTN_TILE;
@@ -415,17 +421,17 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_call *call, const 
         for (int64_t i = i0; i < i1; i++)
             attend_row(&p, &p.qh[gq].q, kv, i, p.out + (gq * p.nq + i) * p.d, p.lse + gq * p.nq + i,
                        p.qh[gq].lse_shift[i], p.qh[gq].key_bias);
-        if (ctx->progress) {
-            #pragma omp critical  /* unnamed: a named one would export a symbol */
-            {
-                rows_done += i1 - i0;  /* told at each 1% and at the end */
-                if (rows_done == total_rows || (rows_done - rows_told) * 100 >= total_rows) {
-                    rows_told = rows_done;
-                    ctx->progress(rows_done, total_rows, ctx->progress_user);
-                }
+        if (progress) {
+            omp_set_lock(&progress_lock);
+            rows_done += i1 - i0;  /* told at each 1% and at the end */
+            if (rows_done == total_rows || (rows_done - rows_told) * 100 >= total_rows) {
+                rows_told = rows_done;
+                progress(rows_done, total_rows, progress_user);
             }
+            omp_unset_lock(&progress_lock);
         }
     }
+    if (progress) omp_destroy_lock(&progress_lock);
 
     /* Only now, with nothing left to fail, touch the caller's buffers. */
     for (int64_t gq = 0; gq < nqh; gq++)
