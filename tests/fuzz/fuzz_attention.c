@@ -14,7 +14,13 @@
  *     bounds, are refused;
  *   - V times 2^+-100 (float32 or bfloat16, moderate values) gives the
  *     output times 2^+-100, bit for bit: no step on V may lose anything at
- *     the float limits that ordinary V keeps.
+ *     the float limits that ordinary V keeps;
+ *   - sizes past the limits are refused and write nothing: k and v
+ *     broadcast (strides 0) to 2^31..2^62 tokens, an out head stride whose
+ *     byte offset wraps the address space onto q;
+ *   - a layer plan for any config returns (a group_refresh of 0 included);
+ *   - a progress callback that runs a call on a second context (with its own
+ *     callback) returns.
  * A broken promise aborts (libFuzzer reports it with the input). Run through
  * tests/fuzz/run_fuzz.sh (ASan + UBSan). */
 #include "vcattn.h"
@@ -216,6 +222,34 @@ static void fill(view *v, bytes *b, int *nonfinite, int *huge, int huge_mixed) {
                 }
 }
 
+/* A progress callback that runs one small call on a second context, whose
+ * own progress callback counts. */
+typedef struct {
+    vcattn_context *inner;
+    int inner_calls;
+    vcattn_status status;
+} nested;
+
+static void count_progress(int64_t done, int64_t total, void *user) {
+    (void)done; (void)total;
+    ++*(int *)user;
+}
+
+static void call_inner(int64_t done, int64_t total, void *user) {
+    (void)done; (void)total;
+    nested *n = user;
+    if (n->inner_calls) return;
+    static float x[2 * 16 * 8], o[2 * 16 * 8];
+    for (int i = 0; i < 2 * 16 * 8; i++) x[i] = (float)(i % 7) - 3.0f;
+    vcattn_tensor t = vcattn_tensor_bhnd(x, VCATTN_DTYPE_F32, 1, 2, 16, 8);
+    vcattn_tensor to = vcattn_tensor_bhnd(o, VCATTN_DTYPE_F32, 1, 2, 16, 8);
+    vcattn_config c = vcattn_config_default();
+    c.num_threads = 1;
+    vcattn_set_progress(n->inner, count_progress, &n->inner_calls);
+    n->status = vcattn_attention(n->inner, &c, &t, &t, &t, &to, NULL, NULL, NULL);
+    promise(n->inner_calls > 0, "the inner call's progress ran");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bytes in = {data, size};
     const char *const *methods = vcattn_method_names();
@@ -245,6 +279,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int out_overlap = take(&in, 16) == 0 && hq > 1;  /* out heads on top of each other */
     if (take(&in, 16) == 0) cfg.num_threads = take(&in, 2) ? VCATTN_MAX_THREADS + 1 : 100000;
     if (take(&in, 16) == 0) cfg.kmeans_iters = VCATTN_MAX_KMEANS_ITERS + 1 + (int)take(&in, 200);
+    if (take(&in, 16) == 0) cfg.group_refresh = (int)take(&in, 3);  /* 0 is invalid */
+    /* 1: k and v broadcast to a huge token count; 2: out's heads wrap onto q */
+    const int size_case = take(&in, 32) == 0 ? 1 + (int)take(&in, 2) : 0;
+    const int nest_progress = take(&in, 32) == 0;
 
     view q, k, v, out;
     memset(&q, 0, sizeof q); memset(&k, 0, sizeof k); memset(&v, 0, sizeof v); memset(&out, 0, sizeof out);
@@ -285,14 +323,44 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (layer) vcattn_layer_set_step(layer, (int)take(&in, 12));
     }
 
+    if (layer) {  /* any config, valid or not: a plan comes back */
+        const vcattn_grouping plan = vcattn_layer_plan(layer, &cfg);
+        promise(plan <= VCATTN_GROUP_PRINCIPAL, "a layer plan in range");
+        promise(cfg.group_refresh >= 1 || plan == VCATTN_GROUP_NONE, "no plan for an invalid config");
+    }
+    if (size_case == 1) {  /* after fill(): the views now claim far more tokens than they hold */
+        k.t.tokens = v.t.tokens = (int64_t)1 << (31 + take(&in, 32));
+        k.t.stride_batch = k.t.stride_head = k.t.stride_token = 0;
+        v.t.stride_batch = v.t.stride_head = v.t.stride_token = 0;
+    }
+    /* head 1 of a float32 out lands on q once its byte offset wraps past 2^64 */
+    const int wraps = size_case == 2 && hq > 1 && d > 0 && dt == VCATTN_DTYPE_F32;
+    if (wraps)
+        out.t.stride_head = ((int64_t)1 << 62) + (int64_t)((uintptr_t)q.buf - (uintptr_t)out.buf) / 4;
+    uint8_t *q_before = wraps ? malloc(q.bytes) : NULL;
+    if (q_before) memcpy(q_before, q.buf, q.bytes);
+
     vcattn_context *ctx = NULL;
     if (vcattn_create(&ctx, VCATTN_BACKEND_CPU)) abort();
+    nested nest = {NULL, 0, VCATTN_OK};
+    if (nest_progress && vcattn_create(&nest.inner, VCATTN_BACKEND_CPU) == VCATTN_OK)
+        vcattn_set_progress(ctx, call_inner, &nest);
     uint8_t *out_before = malloc(out.bytes);
     if (!out_before) goto cleanup;
     memcpy(out_before, out.buf, out.bytes);
 
     vcattn_status st = vcattn_attention(ctx, &cfg, &q.t, &k.t, &v.t, &out.t, lse, ropep, layer);
     promise(st >= 0 && st < VCATTN_STATUS_COUNT, "status in range");
+    promise(!(size_case == 1 && st != VCATTN_ERR_INVALID_ARGUMENT && st != VCATTN_ERR_SHAPE_MISMATCH &&
+              st != VCATTN_ERR_UNSUPPORTED_HEAD_DIM && st != VCATTN_ERR_UNSUPPORTED_DTYPE &&
+              st != VCATTN_ERR_NULL_POINTER),
+            "k and v broadcast to 2^31 tokens or more refused as an invalid argument");
+    if (q_before) {
+        promise(st != VCATTN_OK, "an out stride wrapping onto q refused");
+        promise(memcmp(q_before, q.buf, q.bytes) == 0, "q not written through a wrapping out stride");
+    }
+    promise(!(nest.inner && st == VCATTN_OK) || nest.status == VCATTN_OK,
+            "a progress callback's call on a second context succeeded");
     promise(vcattn_status_string(st) != NULL, "status string");
     promise(!(st == VCATTN_OK && out_overlap), "an out view whose heads overlap refused");
     promise(!(st == VCATTN_OK && (cfg.num_threads > VCATTN_MAX_THREADS || cfg.kmeans_iters > VCATTN_MAX_KMEANS_ITERS)),
@@ -330,6 +398,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     free(out_before);
 cleanup:
+    free(q_before);
+    vcattn_destroy(nest.inner);
     vcattn_destroy(ctx);
     vcattn_layer_destroy(layer);
     free(tab);
