@@ -368,6 +368,58 @@ static void test_tiny_values(vcattn_context *ctx) {
             }
 }
 
+/* A constant V comes out to float32 rounding on every method: the row sum
+ * and the normalizer use the P values the PV product consumes, so P's error
+ * cancels (4,097 keys: 33 tiles, the last one short). */
+static void test_constant_v(vcattn_context *ctx) {
+    const float values[] = {0.37f, -1234.5f, 3e-5f};
+    const char *const *methods = vcattn_method_names();
+    case_t t;
+    case_init(&t, 1, 2, 2, 40, 4097, 64, 0.0f);
+    for (size_t vi = 0; vi < 3; vi++) {
+        for (int64_t i = 0; i < t.b * t.hkv * t.nk * t.d; i++) t.v[i] = values[vi];
+        for (int m = 0; methods[m]; m++) {
+            vcattn_config c;
+            vcattn_config_from_method(methods[m], &c);
+            CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "%s: %s", methods[m], vcattn_last_error(ctx));
+            double worst = 0.0;
+            for (int64_t i = 0; i < t.b * t.hq * t.nq * t.d; i++)
+                worst = fmax(worst, fabs((double)t.out[i] / values[vi] - 1.0));
+            CHECK(worst <= 8 * 0x1p-23, "constant V %g, %s: off by %.2f ulps", values[vi], methods[m],
+                  worst / 0x1p-23);
+        }
+    }
+    case_free(&t);
+}
+
+/* The LSE comes from the method's own scores: for unit-variance q and k at
+ * D 64 within 0.02 nats of the exact LSE on every 8-bit method (ExpCast adds
+ * up to 0.074), growing with |q| |k| as INT8's score error does (vcattn.h). */
+static void test_lse_error(vcattn_context *ctx) {
+    const char *methods[] = {"sage2", "vsmooth", "vc", "vc+hadamard"};
+    for (int scaled = 0; scaled < 2; scaled++) {
+        case_t t;
+        case_init(&t, 1, 2, 2, 64, 2048, 64, 0.0f);
+        if (scaled) {  /* q and k at 16 times the scale: scores of about +-130 */
+            for (int64_t i = 0; i < t.b * t.hq * t.nq * t.d; i++) t.q[i] *= 16.0f;
+            for (int64_t i = 0; i < t.b * t.hkv * t.nk * t.d; i++) t.k[i] *= 16.0f;
+            vcattn_reference_attention(&t.tq, &t.tk, &t.tv, NULL, 0.0f, t.ref, t.ref_lse);
+        }
+        for (int m = 0; m < 4; m++) {
+            vcattn_config c;
+            vcattn_config_from_method(methods[m], &c);
+            CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "%s: %s", methods[m], vcattn_last_error(ctx));
+            const double err = lse_max_err(&t), expcast = c.p_format == VCATTN_P_FP8_EXPCAST ? 0.074 : 0.0;
+            if (!scaled)
+                CHECK(err < 0.02 + expcast, "LSE of unit-variance q, k, %s: off by %.4f nats", methods[m], err);
+            else  /* the score error of INT8 q and k decides it (the documented growth) */
+                CHECK(err > 1.0 && err < 100.0, "LSE of q, k at 16 times the scale, %s: off by %.2f nats",
+                      methods[m], err);
+        }
+        case_free(&t);
+    }
+}
+
 int main(void) {
     vcattn_context *ctx;
     if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return 1;
@@ -379,6 +431,8 @@ int main(void) {
     test_output_dtypes_and_guards(ctx);
     test_method_ordering(ctx);
     test_tiny_values(ctx);
+    test_constant_v(ctx);
+    test_lse_error(ctx);
     vcattn_destroy(ctx);
     return tl_finish("test_attention");
 }
