@@ -117,6 +117,8 @@ raises(ValueError, lambda: vcattn.attention(q.astype(np.float64), k, v), "dtype"
 raises(ValueError, lambda: vcattn.attention(q[0], k, v), "4-D", "3-D input")
 raises(TypeError, lambda: vcattn.attention(q, k, v, attn_mask=np.ones((200, 300))), "attn_mask", "mask")
 raises(TypeError, lambda: vcattn.attention(q, k, v, state=object()), "LayerState", "state type")
+check(np.array_equal(vcattn.attention(q, k, v, attn_mask=None, dropout_p=0.0, enable_gqa=True),
+                     vcattn.attention(q, k, v)), "harmless SDPA keywords (attn_mask=None, dropout_p=0, enable_gqa)")
 # values ctypes would narrow silently, and inputs that once got messages about something else
 raises(ValueError, lambda: vcattn.attention(q, k, v, kmeans_clusters=2 ** 32 + 3), "C type's range",
        "an integer past 32 bits (became 3)")
@@ -221,6 +223,31 @@ if torch is not None:
                       backend="aot_eager")
     check(torch.equal(g(tq, tk, tv), eager / 2.0 + 1.0) and len(inner) == 1 and inner.layer("x").plan() == "warm",
           "Schedule.layer first called inside torch.compile(fullgraph=True)")
+
+    # vcattn.sdpa: torch SDPA's signature; vcattn on plain calls (the drop-in
+    # call's bits), torch SDPA's exact result on everything else, routes counted
+    import torch.nn.functional as F
+    sq, sk, sv = (torch.randn(2, 4, 300, 64) for _ in range(3))
+    routes0 = dict(vcattn.sdpa_routes)
+    check(torch.equal(vcattn.sdpa(sq, sk, sv), vcattn.attention(sq, sk, sv)), "sdpa: plain call not vcattn's")
+    check(torch.equal(vcattn.sdpa(sq, sk[:, :2], sv[:, :2], enable_gqa=True, scale=0.1),
+                      vcattn.attention(sq, sk[:, :2], sv[:, :2], scale=0.1)), "sdpa: GQA with a scale")
+    mask = torch.rand(300, 300) > 0.3
+    gq = sq.clone().requires_grad_()
+    for label, args, kwargs in (("mask", (sq, sk, sv), dict(attn_mask=mask)), ("causal", (sq, sk, sv), dict(is_causal=True)),
+                                ("3-D", (sq[0], sk[0], sv[0]), {}), ("head dim 12", (sq[..., :12], sk[..., :12], sv[..., :12]), {}),
+                                ("float64", (sq.double(), sk.double(), sv.double()), {})):
+        check(torch.equal(vcattn.sdpa(*args, **kwargs), F.scaled_dot_product_attention(*args, **kwargs)),
+              "sdpa, %s: not torch SDPA's result" % label)
+    out_g = vcattn.sdpa(gq, sk, sv)
+    check(out_g.requires_grad and torch.equal(out_g, F.scaled_dot_product_attention(gq, sk, sv)),
+          "sdpa with grad: not torch SDPA's (differentiable) result")
+    raises(RuntimeError, lambda: vcattn.sdpa(sq, sk[:, :2], sv[:, :2]), "", "sdpa: GQA heads without enable_gqa (SDPA's error)")
+    got = {key: vcattn.sdpa_routes[key] - routes0.get(key, 0) for key in vcattn.sdpa_routes}
+    check(got.get("vcattn") == 2 and got.get("sdpa:mask") == 1 and got.get("sdpa:causal") == 1 and
+          got.get("sdpa:grad") == 1 and got.get("sdpa:rank") == 1, "sdpa routes counted: %s" % got)
+    compiled = torch.compile(lambda a, b, c: vcattn.sdpa(a, b, c) + 1, fullgraph=True, backend="aot_eager")
+    check(torch.equal(compiled(sq, sk, sv), vcattn.attention(sq, sk, sv) + 1), "sdpa under torch.compile(fullgraph=True)")
 
     # RoPE applied by the quantizers: the same bits as rotating q and k in
     # float32 first (both round each product and the difference once: the

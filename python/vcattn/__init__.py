@@ -16,7 +16,24 @@ from . import _capi
 from ._core import LayerState, OutOfMemoryError, VcattnError, _check_layout, check_step, config, lib  # noqa: F401 (config: public)
 from ._core import check_switches, config_fields
 
-__all__ = ["attention", "Schedule", "LayerState", "VcattnError", "OutOfMemoryError", "config", "version"]
+__all__ = ["attention", "sdpa", "Schedule", "LayerState", "VcattnError", "OutOfMemoryError", "config", "version"]
+
+
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
+         method="vc"):
+    """torch.nn.functional.scaled_dot_product_attention's signature and
+    semantics: vcattn where it can run the call, torch SDPA where it cannot
+    (masks, causal, dropout, grad, other ranks, dtypes, devices or head dims);
+    vcattn.sdpa_routes counts which ran (eager calls)."""
+    from ._sdpa import sdpa as impl
+    return impl(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, method=method)
+
+
+def __getattr__(name):
+    if name == "sdpa_routes":  # without importing torch for numpy users
+        from ._sdpa import routes
+        return routes
+    raise AttributeError("module 'vcattn' has no attribute %r" % name)
 
 
 def version() -> str:

@@ -47,12 +47,15 @@ def _context(backend):
 
 _FIELDS = {name: ctype for name, ctype in _capi.Config._fields_}
 _FLOAT_FIELDS = {name for name, ctype in _capi.Config._fields_ if ctype is ctypes.c_float}
-# SDPA / flash-attn keywords a drop-in caller may pass, and why they are refused.
+# SDPA / sageattn keywords a drop-in caller may pass: harmless values are
+# dropped (attn_mask=None, dropout_p=0, any enable_gqa: grouped-query heads
+# are always accepted); others are refused with the reason.
 _UNSUPPORTED = {
-    "attn_mask": "attention masks are not supported (full non-causal attention only)",
+    "attn_mask": "attention masks are not supported (full non-causal attention only; vcattn.sdpa routes "
+                 "masked calls to torch SDPA)",
     "dropout_p": "dropout is not supported (inference only)",
-    "enable_gqa": "not needed: grouped-query heads (Hq a multiple of Hkv) are always accepted",
 }
+_HARMLESS = {"attn_mask": lambda x: x is None, "dropout_p": lambda x: x == 0, "enable_gqa": lambda x: True}
 
 
 def _fits(key, value):
@@ -77,6 +80,8 @@ def check_switches(switches):
     """Config field overrides as {name: int or float}, or a TypeError naming the bad one."""
     out = {}
     for key, value in switches.items():
+        if key in _HARMLESS and _HARMLESS[key](value):
+            continue
         if key in _UNSUPPORTED:
             raise TypeError("vcattn: %s: %s" % (key, _UNSUPPORTED[key]))
         if key not in _FIELDS:

@@ -1,0 +1,68 @@
+"""vcattn.sdpa: torch.nn.functional.scaled_dot_product_attention's signature
+and semantics, running vcattn where it can and torch SDPA where it cannot.
+Code that calls (or patches) F.scaled_dot_product_attention keeps working
+unchanged: masks, causal calls, dropout, training (inputs that require
+grad), tensors that are not 4-D, head dims the GPU kernels lack and devices
+other than CPU and CUDA all get torch SDPA's exact result."""
+import collections
+from typing import Optional
+
+import torch
+
+from . import _core, _torch_op
+
+# Calls per route ("vcattn", "sdpa:mask", ...); counted in eager calls only
+# (the counter is Python state, which a traced path must not write).
+routes = collections.Counter()
+
+
+def _why_not(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+    """The reason a call goes to torch SDPA, or None (from metadata alone)."""
+    if attn_mask is not None:
+        return "mask"
+    if is_causal:
+        return "causal"
+    if dropout_p:
+        return "dropout"
+    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+        return "grad"
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return "rank"
+    if not (query.device == key.device == value.device) or query.device.type not in ("cpu", "cuda"):
+        return "device"
+    if not (query.dtype == key.dtype == value.dtype) or query.dtype not in _torch_op._DTYPES:
+        return "dtype"
+    d = query.shape[-1]
+    if key.shape[-1] != d or value.shape[-1] != d or key.shape[2] != value.shape[2] or \
+            query.shape[0] != key.shape[0] or key.shape[:2] != value.shape[:2]:
+        return "shape"  # SDPA's own message, or its broadcasting
+    if query.shape[1] != key.shape[1] and not (enable_gqa and query.shape[1] % key.shape[1] == 0):
+        return "heads"  # SDPA raises without enable_gqa, as it should
+    if 0 in tuple(query.shape) or 0 in tuple(key.shape):
+        return "empty"
+    if d % 8 or d > (max(_core._GPU_HEAD_DIMS) if query.is_cuda else 256):
+        return "head_dim"
+    return None
+
+
+def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+         dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+         enable_gqa: bool = False, *, method: str = "vc") -> torch.Tensor:
+    """torch.nn.functional.scaled_dot_product_attention([B, H, L, E] query,
+    [B, Hkv, S, E] key and value, ...) computed by vcattn (method "vc" by
+    default: the drop-in call) when the call is plain non-causal attention
+    without a mask, dropout or grad, on CPU or CUDA in float32, float16 or
+    bfloat16 with a head dim vcattn takes; torch SDPA otherwise.
+    vcattn.sdpa.routes counts the routes eager calls took."""
+    why = _why_not(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    compiling = torch.compiler.is_compiling()
+    if why is not None:
+        if not compiling:
+            routes["sdpa:" + why] += 1
+        return torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+            enable_gqa=enable_gqa)
+    if not compiling:
+        routes["vcattn"] += 1
+    out, _ = _torch_op.attention(query, key, value, "HND", scale, method, None, False, {})
+    return out
