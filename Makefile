@@ -17,7 +17,10 @@ CUDA ?= ON
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DVCATTN_CUDA=$(CUDA)
 
+# A build folder configured with the other CUDA setting is configured again
+# (make CUDA=OFF after a CUDA build builds the CPU backend alone).
 build: $(BUILD)/CMakeCache.txt
+	@grep -qx 'VCATTN_CUDA:BOOL=$(CUDA)' $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) -DVCATTN_CUDA=$(CUDA)
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The main job: every method on the small built-in workload, best backend.

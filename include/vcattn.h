@@ -232,7 +232,8 @@ VCATTN_API vcattn_config vcattn_config_default(void);
  * "vsmooth-4bit"; a "+hadamard" suffix (e.g. "sage2+hadamard") turns on the
  * QK Hadamard, then a "+qsmooth" suffix (e.g. "vc+qsmooth",
  * "sage2+hadamard+qsmooth") turns on q_smoothing (both backends; on the GPU
- * it costs the vc kernel 16-17%, so no preset has it by default).
+ * it costs the vc kernel 16-17%, so no preset has it by default). Names
+ * match whatever the case of their letters ("VC+Hadamard").
  * Returns VCATTN_ERR_UNKNOWN_NAME for anything else.
  */
 VCATTN_API vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg);

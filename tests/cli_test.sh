@@ -71,7 +71,8 @@ check "eval --progress" 0 "sage2: 100% of the rows" -- eval --workload tiny --ba
 check "bad --grouping exits 2" 2 "--grouping: unknown value 'random'" "kmeans, principal" -- \
     run --workload tiny --grouping random
 check "unknown workload exits 2" 2 "unknown workload 'nosuch'" -- run --workload nosuch
-check "unknown method exits 2" 2 "unknown method 'nosuch'" -- run --method nosuch
+check "unknown method exits 2" 2 "unknown method 'nosuch'" "+hadamard, then +qsmooth" -- run --method nosuch
+check "names whatever their case" 0 "cosine" -- run --workload TINY --method VC+Hadamard --backend CPU
 check "unknown switch value exits 2" 2 "--qk" -- run --qk int4
 check "missing .npy exits 1" 1 "i/o error" -- \
     run --q "$tmp/missing.npy" --k "$tmp/missing.npy" --v "$tmp/missing.npy"

@@ -334,6 +334,10 @@ static void test_objects(void) {
     }
     CHECK(vcattn_config_from_method("vc+hadamard+hadamard", &c) == VCATTN_ERR_UNKNOWN_NAME, "double suffix");
     CHECK(vcattn_config_from_method("vc+qsmooth", &c) == VCATTN_OK && c.q_smoothing && !c.hadamard, "vc+qsmooth");
+    vcattn_config lower;
+    vcattn_config_from_method("vc+hadamard", &lower);
+    CHECK(vcattn_config_from_method("VC+Hadamard", &c) == VCATTN_OK && memcmp(&c, &lower, sizeof c) == 0,
+          "method names match whatever their case");
     CHECK(vcattn_config_from_method("sage2+hadamard+qsmooth", &c) == VCATTN_OK && c.q_smoothing && c.hadamard,
           "sage2+hadamard+qsmooth");
     CHECK(vcattn_config_from_method("vc", &c) == VCATTN_OK && !c.q_smoothing, "vc: no Q smoothing by default");

@@ -185,6 +185,13 @@ static const name_value DTYPE_NAMES[] = {
 static const name_value LAYOUT_NAMES[] = {{"HND", 0}, {"NHD", 1}, {NULL, 0}};
 static const name_value GROUPING_NAMES[] = {{"kmeans", 0}, {"principal", 1}, {NULL, 0}};
 
+/* An option's value in lower case, in place (argv is writable): methods,
+ * workloads, studies and sizes are lower-case names, whatever a user types. */
+static char *lowered(char *s) {
+    for (char *c = s; *c; c++) *c = (char)tolower((unsigned char)*c);
+    return s;
+}
+
 /* Names match whatever their case (--layout nhd, --dtype BF16). */
 static int lookup(const name_value *t, const char *s, int *out) {
     for (; t->name; t++)
@@ -364,7 +371,7 @@ static int apply_input_option(options *o, int id, const char *a, const char *val
         o->layout_set = 1;
         break;
     case OPT_WORKLOAD:
-        if (!known_workload(val))
+        if (!known_workload(lowered((char *)val)))
             return usage_error(cmd, "unknown workload '%s' (one of: %s)", val,
                                join(NULL, vcattn_workload_names(), buf, sizeof buf));
         o->workload = val;
@@ -400,8 +407,8 @@ static int apply_method_option(options *o, int id, const char *a, const char *va
     switch (id) {
     case OPT_METHOD: {
         vcattn_config probe;
-        if (vcattn_config_from_method(val, &probe) != VCATTN_OK)
-            return usage_error(cmd, "unknown method '%s' (one of: %s; each may take +hadamard)",
+        if (vcattn_config_from_method(lowered((char *)val), &probe) != VCATTN_OK)
+            return usage_error(cmd, "unknown method '%s' (one of: %s; each may take +hadamard, then +qsmooth)",
                                val, join(NULL, vcattn_method_names(), buf, sizeof buf));
         o->method = val;
         break;
@@ -439,11 +446,12 @@ static int apply_method_option(options *o, int id, const char *a, const char *va
 /* eval's own options: PROCEED, the exit status, or UNHANDLED (not one of these options). */
 static int apply_eval_option(options *o, int id, const char *a, const char *val, int run) {
     const char *cmd = o->cmd;
+    char buf[256];
     int rc = PROCEED;
     switch (id) {
     case OPT_SIZE:
         if (run) return usage_error(cmd, "--size belongs to eval --study all");
-        if (strcmp(val, "small") != 0)
+        if (strcmp(lowered((char *)val), "small") != 0)
             return usage_error(cmd, "--size: '%s' is not available: the studies run on the CPU, where only "
                                     "the small presets take minutes (full-size fidelity: vcattn eval "
                                     "--workload wan2.2-720p --backend cuda)", val);
@@ -454,6 +462,7 @@ static int apply_eval_option(options *o, int id, const char *a, const char *val,
         break;
     case OPT_STUDY:
         if (run) return usage_error(cmd, "--study belongs to eval");
+        lowered((char *)val);
         if (strcmp(val, "orders") && strcmp(val, "expcast") && strcmp(val, "stats") &&
             strcmp(val, "schedule") && strcmp(val, "studies") && strcmp(val, "all"))
             return usage_error(cmd,
@@ -465,11 +474,13 @@ static int apply_eval_option(options *o, int id, const char *a, const char *val,
         if (run) return usage_error(cmd, "--methods belongs to eval (run takes --method)");
         if (strlen(val) >= sizeof o->methods_buf) return usage_error(cmd, "--methods: list too long");
         strcpy(o->methods_buf, val);
+        lowered(o->methods_buf);
         o->n_methods = 0;
         for (char *m = strtok(o->methods_buf, ","); m; m = strtok(NULL, ",")) {
             vcattn_config probe;
             if (vcattn_config_from_method(m, &probe) != VCATTN_OK)
-                return usage_error(cmd, "--methods: unknown method '%s'", m);
+                return usage_error(cmd, "--methods: unknown method '%s' (one of: %s; each may take +hadamard, "
+                                        "then +qsmooth)", m, join(NULL, vcattn_method_names(), buf, sizeof buf));
             if (o->n_methods == MAX_EVAL_METHODS)
                 return usage_error(cmd, "--methods: at most %d methods", MAX_EVAL_METHODS);
             o->methods[o->n_methods++] = m;

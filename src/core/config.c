@@ -117,10 +117,21 @@ vcattn_status vcattn_config_check(const vcattn_config *c, int64_t d, char *why, 
 
 const char *const *vcattn_method_names(void) { return METHOD_NAMES; }
 
+/* n bytes of a and b equal, ASCII letters matching whatever their case
+ * (method names: "VC+Hadamard" is "vc+hadamard"). */
+static int same_name(const char *a, const char *b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char x = a[i] >= 'A' && a[i] <= 'Z' ? (char)(a[i] - 'A' + 'a') : a[i];
+        char y = b[i] >= 'A' && b[i] <= 'Z' ? (char)(b[i] - 'A' + 'a') : b[i];
+        if (x != y) return 0;
+    }
+    return 1;
+}
+
 /* Strips `suffix` from the end of method[0..*len) once; 1 if it was there. */
 static int strip_suffix(const char *method, size_t *len, const char *suffix) {
     size_t slen = strlen(suffix);
-    if (*len <= slen || strncmp(method + *len - slen, suffix, slen) != 0) return 0;
+    if (*len <= slen || !same_name(method + *len - slen, suffix, slen)) return 0;
     *len -= slen;
     return 1;
 }
@@ -132,7 +143,7 @@ vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg) 
     int hadamard = strip_suffix(method, &base_len, "+hadamard");
     for (size_t i = 0; i < NUM_METHODS; i++) {
         const method_preset *m = &METHODS[i];
-        if (strlen(m->name) != base_len || strncmp(m->name, method, base_len) != 0) continue;
+        if (strlen(m->name) != base_len || !same_name(m->name, method, base_len)) continue;
         vcattn_config c = vcattn_config_default();
         c.qk_format = m->qk;
         c.k_smoothing = m->k_smoothing;
