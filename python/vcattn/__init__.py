@@ -10,7 +10,7 @@ Torch tensors (CPU or CUDA) and numpy arrays (CPU backend) are accepted.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Tuple, Union
+from typing import Any, Literal, Mapping, Optional, Tuple, TypeVar, Union, overload
 
 from . import _capi
 from ._core import LayerState, OutOfMemoryError, VcattnError, _check_layout, check_step, config, lib  # noqa: F401 (config: public)
@@ -19,8 +19,9 @@ from ._core import check_switches, config_fields
 __all__ = ["attention", "sdpa", "Schedule", "LayerState", "VcattnError", "OutOfMemoryError", "config", "version"]
 
 
-def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
-         method="vc"):
+def sdpa(query: ArrayT, key: ArrayT, value: ArrayT, attn_mask: Optional[Any] = None, dropout_p: float = 0.0,
+         is_causal: bool = False, scale: Optional[float] = None, enable_gqa: bool = False, *,
+         method: str = "vc") -> ArrayT:
     """torch.nn.functional.scaled_dot_product_attention's signature and
     semantics: vcattn where it can run the call, torch SDPA where it cannot
     (masks, causal, dropout, grad, other ranks, dtypes, devices or head dims);
@@ -29,7 +30,7 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     return impl(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, method=method)
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     if name == "sdpa_routes":  # without importing torch for numpy users
         from ._sdpa import routes
         return routes
@@ -40,11 +41,41 @@ def version() -> str:
     return lib().vcattn_version_string().decode()
 
 
-def attention(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_scale: Optional[float] = None,
-              return_lse: bool = False, method: str = "vc", state: Optional[LayerState] = None,
-              check_finite: Optional[bool] = None, *, scale: Optional[float] = None,
-              config: Union[_capi.Config, Mapping[str, Any], None] = None, rope=None,
-              rope_style: str = "interleaved", **switches: Any):
+ArrayT = TypeVar("ArrayT")  # torch.Tensor or numpy.ndarray: the results have q's type
+Layout = Literal["HND", "NHD"]
+RopeStyle = Literal["interleaved", "half"]
+Config = Union[_capi.Config, Mapping[str, Any], None]
+
+
+@overload
+def attention(q: ArrayT, k: ArrayT, v: ArrayT, tensor_layout: Layout = ..., is_causal: bool = ...,
+              sm_scale: Optional[float] = ..., return_lse: Literal[False] = ..., method: str = ...,
+              state: Optional[LayerState] = ..., check_finite: Optional[bool] = ..., *, scale: Optional[float] = ...,
+              config: Config = ..., rope: Optional[Tuple[Any, Any]] = ..., rope_style: RopeStyle = ...,
+              **switches: Any) -> ArrayT: ...
+
+
+@overload
+def attention(q: ArrayT, k: ArrayT, v: ArrayT, tensor_layout: Layout, is_causal: bool, sm_scale: Optional[float],
+              return_lse: Literal[True], method: str = ..., state: Optional[LayerState] = ...,
+              check_finite: Optional[bool] = ..., *, scale: Optional[float] = ..., config: Config = ...,
+              rope: Optional[Tuple[Any, Any]] = ..., rope_style: RopeStyle = ...,
+              **switches: Any) -> Tuple[ArrayT, ArrayT]: ...
+
+
+@overload
+def attention(q: ArrayT, k: ArrayT, v: ArrayT, tensor_layout: Layout = ..., is_causal: bool = ...,
+              sm_scale: Optional[float] = ..., *, return_lse: Literal[True], method: str = ...,
+              state: Optional[LayerState] = ..., check_finite: Optional[bool] = ..., scale: Optional[float] = ...,
+              config: Config = ..., rope: Optional[Tuple[Any, Any]] = ..., rope_style: RopeStyle = ...,
+              **switches: Any) -> Tuple[ArrayT, ArrayT]: ...
+
+
+def attention(q: Any, k: Any, v: Any, tensor_layout: Layout = "HND", is_causal: bool = False,
+              sm_scale: Optional[float] = None, return_lse: bool = False, method: str = "vc",
+              state: Optional[LayerState] = None, check_finite: Optional[bool] = None, *,
+              scale: Optional[float] = None, config: Config = None, rope: Optional[Tuple[Any, Any]] = None,
+              rope_style: RopeStyle = "interleaved", **switches: Any) -> Any:
     """Non-causal attention of q [B, Hq, Nq, D] (or [B, Nq, Hq, D] with
     tensor_layout="NHD") against k, v [B, Hkv, Nk, D]; Hq a multiple of Hkv.
     Inference only: inputs that require grad (with grad mode on) are refused.

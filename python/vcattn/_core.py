@@ -3,6 +3,7 @@ import ctypes
 import math
 import sys
 import threading
+from typing import Any, Optional
 
 from . import _capi
 
@@ -113,7 +114,8 @@ def config_fields(cfg):
     return {name: getattr(cfg, name) for name in _FIELDS}
 
 
-def config(method="vc", sm_scale=None, check_finite=True, **switches):
+def config(method: str = "vc", sm_scale: Optional[float] = None, check_finite: bool = True,
+           **switches: Any) -> _capi.Config:
     """The C config of a method preset, with sm_scale and any field overridden."""
     cfg = _capi.Config()
     if lib().vcattn_config_from_method(method.encode(), ctypes.byref(cfg)):
