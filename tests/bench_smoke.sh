@@ -1,0 +1,31 @@
+#!/bin/sh
+# The GPU benchmarks' own code on the CPU, on tiny models, so a run of record
+# on the device does not find them broken: bench_transformer.py and
+# bench_compile.py with --tiny --device cpu. Skips (77) without torch and
+# diffusers. Usage: sh tests/bench_smoke.sh SOURCE_DIR PYTHON
+src=${1:?usage: sh tests/bench_smoke.sh SOURCE_DIR PYTHON}
+py=${2:-python3}
+if ! "$py" -c "import torch, diffusers" >/dev/null 2>&1; then
+    echo "bench_smoke: SKIPPED, needs torch and diffusers"
+    exit 77
+fi
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+for bench in "bench_transformer.py --tiny --device cpu --reps 1 --steps 8" \
+             "bench_compile.py --tiny --device cpu --reps 1 --steps 8"; do
+    name=${bench%% *}
+    # shellcheck disable=SC2086
+    if OMP_NUM_THREADS=2 "$py" "$src/bench/"$bench --json "$tmp/$name.json" >"$tmp/log" 2>&1 &&
+            "$py" -c "import json, sys; json.load(open(sys.argv[1]))" "$tmp/$name.json"; then
+        passed=$((passed + 1))
+        echo "ok   $name"
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name"
+        tail -15 "$tmp/log"
+    fi
+done
+echo "bench_smoke: $passed passed, $failed failed"
+[ $failed = 0 ]
