@@ -183,6 +183,15 @@ for mask in (keep, keep[:, None, None, :], torch.zeros(2, 1, 1, 256, device=devi
     rel = ((got - want).norm() / want.norm()).item()
     check(calls() - n0 == 2 and 0 < rel < 0.05, "key-padding mask %s: %d vcattn calls, relative difference %.4f"
           % (tuple(mask.shape), calls() - n0, rel))
+# a mask shaped as key padding whose values are a bias, not keep/hide: found when
+# the op runs, so SDPA there gives the native result (to rounding: other layout)
+bias = torch.zeros(2, 1, 1, 256, device=device)
+bias[1, ..., 100:] = -0.5
+n0, m0 = calls(), vd.stats["sdpa:mask"]
+got = vd.attention_backend(*qkv, attn_mask=bias)
+want = sdpa(*qkv, attn_mask=bias)
+check(calls() == n0 and vd.stats["sdpa:mask"] == m0 + 1 and torch.allclose(got, want, atol=1e-5),
+      "a bias mask of key-padding shape: %d vcattn calls, difference %.2e" % (calls() - n0, (got - want).abs().max()))
 for label, kwargs, needle in (("general mask", dict(attn_mask=torch.rand(256, 256, device=device) > 0.5), "mask"),
                               ("causal", dict(is_causal=True), "causal")):
     n0 = calls()

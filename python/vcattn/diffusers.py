@@ -207,7 +207,7 @@ def _sdpa(reason, query, key, value, attn_mask, dropout_p, is_causal, scale, ena
                    is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
 
 
-def rotate(x, cos, sin):
+def _rotate(x, cos, sin):
     """Interleaved RoPE (pairs 2i, 2i+1) of x [B, S, H, D] by float tables
     [S, D/2], in float32 and back in x's dtype, as diffusers' Wan processor
     applies it: the SDPA routes of a call that came with its RoPE tables."""
@@ -247,7 +247,7 @@ def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale,
             _warn_once(why[0], "vcattn: %s runs on SDPA (diffusers' native backend); further such calls do too"
                        % why[1])
         if rope is not None:
-            query, key = rotate(query, *rope), rotate(key, *rope)
+            query, key = _rotate(query, *rope), _rotate(key, *rope)
         return _sdpa(why[0], query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse)
     q, k, v, scale, d, cos, sin, _ = _torch_op.prepare(query, key, value, scale, "NHD", rope)
     if scheduled:
@@ -292,11 +292,12 @@ def _masked(call, q, k, v, key_mask, scale, cos, sin):
         _warn_once("mask-values", "vcattn: a key-padding mask that is not keep/hide or hides every key of a row runs "
                                   "on SDPA; further such calls do too")
         if cos is not None:
-            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         out = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=key_mask[:, None, None, :],
             scale=scale, enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2).contiguous()
-        return out, q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32).fill_(float("nan"))
+        # no LSE here: a call that asks for one never brings a mask to the op (it is routed to SDPA first)
+        return out, q.new_full((q.shape[0], q.shape[2], q.shape[1]), float("nan"), dtype=torch.float32)
     if bool(keep.all()):
         return call(q, k, v, rope)
     outs = []
