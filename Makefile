@@ -37,7 +37,7 @@ test: build
 
 # The C tests and the CLI under AddressSanitizer and UndefinedBehaviorSanitizer
 # (CPU backend; any report fails the test that produced it). fuzz_smoke builds
-# its own sanitized harnesses; the Python tests would need the ASan runtime
+# its own sanitized harnesses; the Python tests and bench_smoke would need the ASan runtime
 # preloaded into the interpreter, so both run in `make test` instead, as does
 # `install` (it links an unsanitized program against the library).
 # RelWithDebInfo: at -O0 the fidelity studies alone take over half an hour.
@@ -46,7 +46,7 @@ sanitize:
 	      -DCMAKE_C_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	      ctest --test-dir $(SAN_BUILD) --output-on-failure -j $(JOBS) -E "fuzz_smoke|py_|wheel|install"
+	      ctest --test-dir $(SAN_BUILD) --output-on-failure -j $(JOBS) -E "fuzz_smoke|py_|wheel|install|bench_smoke"
 
 # The same tests under ThreadSanitizer (clang, LLVM's OpenMP with archer).
 tsan:
