@@ -448,14 +448,15 @@ static void test_progress(void) {
     vcattn_destroy(ctx);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    tl_args(argc, argv);
     fill();
     vcattn_context *ctx;
     if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return 1;
-    test_bad_inputs(ctx);
-    test_aliasing(ctx);
+    TL_RUN(test_bad_inputs(ctx));
+    TL_RUN(test_aliasing(ctx));
     vcattn_destroy(ctx);
-    test_objects();
-    test_progress();
+    TL_RUN(test_objects());
+    TL_RUN(test_progress());
     return tl_finish("test_api");
 }

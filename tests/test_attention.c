@@ -420,19 +420,20 @@ static void test_lse_error(vcattn_context *ctx) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    tl_args(argc, argv);
     vcattn_context *ctx;
     if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return 1;
-    test_exact_paths(ctx);
-    test_expcast_row_bound(ctx);
-    test_expcast_min_keys(ctx);
-    test_layouts_and_gqa(ctx);
-    test_determinism(ctx);
-    test_output_dtypes_and_guards(ctx);
-    test_method_ordering(ctx);
-    test_tiny_values(ctx);
-    test_constant_v(ctx);
-    test_lse_error(ctx);
+    TL_RUN(test_exact_paths(ctx));
+    TL_RUN(test_expcast_row_bound(ctx));
+    TL_RUN(test_expcast_min_keys(ctx));
+    TL_RUN(test_layouts_and_gqa(ctx));
+    TL_RUN(test_determinism(ctx));
+    TL_RUN(test_output_dtypes_and_guards(ctx));
+    TL_RUN(test_method_ordering(ctx));
+    TL_RUN(test_tiny_values(ctx));
+    TL_RUN(test_constant_v(ctx));
+    TL_RUN(test_lse_error(ctx));
     vcattn_destroy(ctx);
     return tl_finish("test_attention");
 }

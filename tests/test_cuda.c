@@ -610,10 +610,11 @@ static void run_device_resident(vcattn_context *gpu) {
 static int quick;
 
 static int wanted(const shape_t *s) {
-    return !quick || (s->nq <= 1000 && s->nk <= 1000 && s->b * s->hq <= 16);
+    return tl_wanted(s->name) && (!quick || (s->nq <= 1000 && s->nk <= 1000 && s->b * s->hq <= 16));
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    tl_args(argc, argv);
     const char *why = "";
     quick = getenv("VCATTN_TEST_QUICK") != NULL;
     if (!vcattn_backend_available(VCATTN_BACKEND_CUDA, &why)) {
@@ -648,7 +649,7 @@ int main(void) {
             if (m > 0) run_shape(cpu, gpu, &s, 1);  /* V-Smooth: principal order, then k-means */
         }
     shape_t had = {"hadamard", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+hadamard", 0};
-    run_shape(cpu, gpu, &had, 1);
+    if (wanted(&had)) run_shape(cpu, gpu, &had, 1);
     static const shape_t qsmooth_shapes[] = {  /* Q smoothing: means, per-key terms, GQA, tails, D 64 */
         {"qsmooth B=2 GQA 8/2 NHD rope", 2, 8, 2, 700, 900, 128, 1, 0, VCATTN_DTYPE_BF16, 1, "vc+qsmooth", 0},
         {"qsmooth N=129 fp16", 1, 2, 2, 129, 129, 128, 0, 0, VCATTN_DTYPE_F16, 0, "vsmooth+qsmooth", 0},
@@ -669,12 +670,12 @@ int main(void) {
         run_quantizers(cpu, gpu, &quant_shapes[i], 0);
         run_quantizers(cpu, gpu, &quant_shapes[i], 1);
     }
-    run_schedule(cpu, gpu);
-    run_huge_grouping(cpu, gpu);
-    run_bad_input(gpu);
-    run_expcast_min_keys(gpu);
+    TL_RUN(run_schedule(cpu, gpu));
+    TL_RUN(run_huge_grouping(cpu, gpu));
+    TL_RUN(run_bad_input(gpu));
+    TL_RUN(run_expcast_min_keys(gpu));
 #ifdef VCATTN_WITH_CUDA
-    run_device_resident(gpu);
+    TL_RUN(run_device_resident(gpu));
 #endif
     vcattn_destroy(cpu);
     vcattn_destroy(gpu);

@@ -124,6 +124,7 @@ static const extreme_case cases[] = {
 
 static void run_case(vcattn_context *ctx, const char *backend, const extreme_case *ec, const char *method,
                      double max_err) {
+    if (!tl_wanted(ec->name)) return;
     const int64_t nk = ec->nk, nq = NQ, d = D;
     float *q = malloc(sizeof(float) * (size_t)(H * nq * d)), *k = malloc(sizeof(float) * (size_t)(H * nk * d));
     float *v = malloc(sizeof(float) * (size_t)(H * nk * d)), *out = malloc(sizeof(float) * (size_t)(H * nq * d));
@@ -262,7 +263,8 @@ static void v_power_of_two(vcattn_context *ctx) {
         }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    tl_args(argc, argv);
     static const char *const methods[] = {"sage2", "vsmooth", "vc", "sage2+hadamard"};
     const vcattn_backend backends[] = {VCATTN_BACKEND_CPU, VCATTN_BACKEND_CUDA};
     for (int bi = 0; bi < 2; bi++) {

@@ -166,11 +166,12 @@ static void test_halfs(void) {
     CHECK(vcattn_rne_small(-2.5f) == -2.0f && vcattn_rne_small(-3.5f) == -4.0f, "magic-number RNE");
 }
 
-int main(void) {
-    test_e4m3();
-    test_int8();
-    test_e2m1();
-    test_expcast();
-    test_halfs();
+int main(int argc, char **argv) {
+    tl_args(argc, argv);
+    TL_RUN(test_e4m3());
+    TL_RUN(test_int8());
+    TL_RUN(test_e2m1());
+    TL_RUN(test_expcast());
+    TL_RUN(test_halfs());
     return tl_finish("test_formats");
 }

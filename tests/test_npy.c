@@ -458,19 +458,20 @@ static void test_float64(void) {
           "float64 beyond the float32 range: status %d (%s)", st, err);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    tl_args(argc, argv);
     snprintf(dir, sizeof dir, "/tmp/vcattn_npy_XXXXXX");
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         return 1;
     }
-    test_round_trips();
-    test_header_bytes();
-    test_versions();
-    test_malformed();
-    test_mutations();
-    test_failed_write();
-    test_float64();
+    TL_RUN(test_round_trips());
+    TL_RUN(test_header_bytes());
+    TL_RUN(test_versions());
+    TL_RUN(test_malformed());
+    TL_RUN(test_mutations());
+    TL_RUN(test_failed_write());
+    TL_RUN(test_float64());
     char path[128];
     for (int i = 0; i < nfiles; i++) {
         snprintf(path, sizeof path, "%s/f%03d.npy", dir, i);

@@ -114,6 +114,7 @@ static double max_diff(const double *a, const double *b, int64_t n) {
 /* Reference vs naive on contiguous float inputs. */
 static void check_case(const char *name, dims s, int use_rope, vcattn_rope_style style,
                        float sm_scale) {
+    if (!tl_wanted(name)) return;
     int64_t nq = s.B * s.Hq * s.Nq * s.D, nk = s.B * s.Hkv * s.Nk * s.D;
     float *q = random_floats(nq, 2.0f), *k = random_floats(nk, 2.0f), *v = random_floats(nk, 1.0f);
     vcattn_rope rope = {style, NULL, NULL, NULL, NULL};
@@ -333,13 +334,14 @@ static void check_shape_mismatch(void) {
           "reference, zero query tokens");
 }
 
-int main(void) {
-    check_shape_mismatch();
+int main(int argc, char **argv) {
+    tl_args(argc, argv);
+    TL_RUN(check_shape_mismatch());
     check_case("no rope", (dims){2, 3, 3, 5, 7, 8}, 0, VCATTN_ROPE_INTERLEAVED, 0.0f);
     check_case("interleaved gqa", (dims){1, 4, 2, 6, 9, 16}, 1, VCATTN_ROPE_INTERLEAVED, 0.3f);
     check_case("half-split gqa", (dims){2, 4, 2, 9, 6, 16}, 1, VCATTN_ROPE_HALF_SPLIT, 0.0f);
     check_case("mqa one key", (dims){1, 4, 1, 3, 1, 4}, 1, VCATTN_ROPE_HALF_SPLIT, 0.0f);
-    check_layouts_and_dtypes();
-    check_metrics();
+    TL_RUN(check_layouts_and_dtypes());
+    TL_RUN(check_metrics());
     return tl_finish("test_reference");
 }

@@ -75,6 +75,7 @@ static int ordering_draw(vcattn_context *ctx, const ordering_case *oc, uint64_t 
 }
 
 static void method_ordering(vcattn_context *ctx, const ordering_case *oc) {
+    if (!tl_wanted(oc->preset)) return;
     metrics_sums sums[4] = {{0}};
     for (int draw = 0; draw < oc->draws; draw++)
         if (!ordering_draw(ctx, oc, (uint64_t)draw, sums)) return;
@@ -108,6 +109,7 @@ static const captured_case CAPTURED[] = {
 };
 
 static void captured_layer(vcattn_context *ctx, const captured_case *cc) {
+    if (!tl_wanted(cc->layer)) return;
     static const char *const methods[5] = {"sage2", "vsmooth", "vc", "vc, ExpCast always", "vc drop-in"};
     static const char *const presets[5] = {"sage2", "vsmooth", "vc", "vc", "vc"};
     npy_array a[3] = {{0}};
@@ -155,7 +157,8 @@ static void captured_layer(vcattn_context *ctx, const captured_case *cc) {
     for (int i = 0; i < 3; i++) npy_free(&a[i]);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    tl_args(argc, argv);
     vcattn_workload w;
     if (vcattn_workload_generate("small", 0, &w) != VCATTN_OK) return 1;
     vcattn_tensor q = vcattn_tensor_bhnd(w.q, VCATTN_DTYPE_F32, w.batch, w.heads_q, w.tokens, w.head_dim);

@@ -232,10 +232,11 @@ static void test_principal_order(void) {
     CHECK(memcmp(perm, again, sizeof perm) == 0, "the principal order is deterministic");
 }
 
-int main(void) {
-    test_kmeans();
-    test_principal_order();
-    test_schedule();
-    test_sink_guard();
+int main(int argc, char **argv) {
+    tl_args(argc, argv);
+    TL_RUN(test_kmeans());
+    TL_RUN(test_principal_order());
+    TL_RUN(test_schedule());
+    TL_RUN(test_sink_guard());
     return tl_finish("test_vsmooth");
 }

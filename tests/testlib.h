@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "vcattn.h"
 
@@ -42,6 +43,27 @@ static inline float nrand(void) {
     double u = urand() + 1e-12, v = urand();
     return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
 }
+
+/* -k NAME on a test's command line (or VCATTN_TEST_ONLY=NAME in the
+ * environment): only the tests, and the named cases inside them, whose
+ * name contains NAME run (test_attention -k expcast, test_cuda -k "N=17"). */
+static const char *tl_only;
+static inline void tl_args(int argc, char **argv) {
+    tl_only = getenv("VCATTN_TEST_ONLY");
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "-k") == 0) tl_only = argv[++i];
+}
+static inline int tl_wanted(const char *name) { return !tl_only || strstr(name, tl_only) != NULL; }
+
+/* Runs one test, named by the text of its call, and says how it went. */
+#define TL_RUN(call)                                                              \
+    do {                                                                          \
+        if (tl_wanted(#call)) {                                                   \
+            const int tl_failed_before = tl_failed;                               \
+            call;                                                                 \
+            printf("%s %s\n", tl_failed == tl_failed_before ? "ok  " : "FAIL", #call); \
+        }                                                                         \
+    } while (0)
 
 static inline int tl_finish(const char *name) {
     printf("%s: %d passed, %d failed\n", name, tl_passed, tl_failed);
