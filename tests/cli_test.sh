@@ -126,6 +126,8 @@ check "eval --draws 1 at the last seed" 0 "seed 18446744073709551615," -- \
 check "run --draws" 2 "--draws belongs to eval" -- run --draws 2
 check "eval --draws --study" 2 "--draws applies to the method table" -- eval --study orders --draws 2
 check "eval --methods unknown" 2 "unknown method 'nope'" -- eval --methods sage2,nope
+check "eval ends with a conclusion" 0 "In short: vc, the default, is" "the most faithful 8-bit method here is" -- \
+    eval --workload tiny --draws 1 --methods sage2,vsmooth,vc
 check "run --methods" 2 "--methods belongs to eval" -- run --methods sage2
 check "eval --q-smoothing" 0 '"q_smoothing": true' -- run --workload tiny --method vc --q-smoothing --backend cpu --json
 check "run --sink-guard" 0 '"sink_guard": 0' -- run --workload tiny --sink-guard 0 --backend cpu --json

@@ -1289,6 +1289,30 @@ static void print_dominance(const eval_report *rep) {
     }
 }
 
+/* The line a person acts on: how the default method compares with sage2 on
+ * these inputs, and which 8-bit method was the most faithful. */
+static void print_conclusion(const eval_report *rep) {
+    const eval_row *vc = NULL, *sage2 = NULL, *best = NULL;
+    const char *best_name = NULL;
+    for (size_t i = 0; i < rep->n; i++) {
+        const char *m = rep->methods[i];
+        const eval_row *r = &rep->rows[i];
+        if (strcmp(m, "vc") == 0) vc = r;
+        if (strcmp(m, "sage2") == 0) sage2 = r;
+        const int better = !best || r->m.snr_db > best->m.snr_db ||
+                           (r->m.snr_db == best->m.snr_db && strcmp(m, "vc") == 0);  /* a tie goes to the default */
+        if (strstr(m, "4bit") == NULL && strcmp(m, "bf16") != 0 && better) {
+            best = r;
+            best_name = m;
+        }
+    }
+    if (!vc || !sage2) return;
+    const double gain = vc->m.snr_db - sage2->m.snr_db;
+    printf("In short: vc, the default, is %.2f dB %s sage2 on these inputs (SNR against FP64); the most faithful "
+           "8-bit method here is %s (%.2f dB).%s\n", fabs(gain), gain >= 0.0 ? "above" : "below", best_name,
+           best->m.snr_db, gain >= 0.0 ? "" : " Here sage2 is the more faithful choice.");
+}
+
 static void eval_print_text(const options *o, const inputs *in, const eval_report *rep) {
     printf("%s, ", in->source);
     print_shape(in);
@@ -1316,6 +1340,7 @@ static void eval_print_text(const options *o, const inputs *in, const eval_repor
                ENERGY_BLOCK, 100.0 * rep->energy[0], 100.0 * rep->energy[1], rep->clusters);
     if (rep->draws > 1) print_per_draw(o, rep->draws, rep->methods, rep->n, rep->sums);
     if (rep->n_found == 3) print_dominance(rep);
+    print_conclusion(rep);
 }
 
 static int cmd_eval(const options *o) {
