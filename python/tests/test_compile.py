@@ -176,12 +176,16 @@ def check_opcheck():
     keep[:, 150:] = False
     for mask in (None, keep):
         for rope in ((None, None), (cos, sin)):
-            torch.library.opcheck(torch.ops.vcattn.dit_attention.default, (*nhd, 0.125, mask, *rope))
+            if mask is None:
+                torch.library.opcheck(torch.ops.vcattn.dit_attention.default, (*nhd, 0.125, *rope))
+            else:
+                torch.library.opcheck(torch.ops.vcattn.dit_masked_attention.default, (*nhd, 0.125, mask, *rope))
             torch.library.opcheck(torch.ops.vcattn.dit_layer_attention.default,
                                   (*nhd, vd._clock, 0.125, mask, *rope))
     torch.library.opcheck(torch.ops.vcattn.dit_forward.default, (vd._clock.clone(), torch.tensor([999.0]), 0))
     check(True, "opcheck")
-    print("%s: torch.library.opcheck passes on vcattn::attention, dit_attention, dit_layer_attention, dit_forward"
+    print("%s: torch.library.opcheck passes on vcattn::attention, dit_attention, dit_masked_attention, "
+          "dit_layer_attention, dit_forward"
           % name)
 
 

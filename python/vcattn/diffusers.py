@@ -163,8 +163,8 @@ def _schedule_member():
 #
 # What runs inside torch.compile's trace is the routing below: it reads only
 # shapes, dtypes and flags (no tensor values, no Python state written, no
-# warnings under the compiler) and ends in one of two custom ops, opaque to
-# the compiler. Everything stateful happens when those ops run: the step of
+# warnings under the compiler) and ends in a custom op, opaque to the
+# compiler. Everything stateful happens when those ops run: the step of
 # a transformer (vcattn::dit_forward, from its forward pre-hook), the layer a
 # call belongs to (its place among the forward's vcattn calls), the layer's
 # grouping plan, key-padding masks, the route counters. So one compiled graph
@@ -252,8 +252,10 @@ def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale,
     q, k, v, scale, d, cos, sin, _ = _torch_op.prepare(query, key, value, scale, "NHD", rope)
     if scheduled:
         out, lse = torch.ops.vcattn.dit_layer_attention(q, k, v, _clock, scale, key_mask, cos, sin)
+    elif key_mask is not None:
+        out, lse = torch.ops.vcattn.dit_masked_attention(q, k, v, scale, key_mask, cos, sin)
     else:
-        out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, key_mask, cos, sin)
+        out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, cos, sin)
     if out.shape[-1] != d:
         out = out[..., :d]
     return (out, lse) if return_lse else out
@@ -308,14 +310,27 @@ def _masked(call, q, k, v, key_mask, scale, cos, sin):
     return torch.cat([o for o, _ in outs]), torch.cat([s for _, s in outs])
 
 
-@torch.library.custom_op("vcattn::dit_attention", mutates_args=())
-def _dropin_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, key_mask: Optional[torch.Tensor],
-               rope_cos: Optional[torch.Tensor], rope_sin: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """A drop-in call ([B, S, H, D]; no layer state): the principal order."""
+def _dropin(q, k, v, scale, key_mask, cos, sin):
     def call(q, k, v, rope):
         stats["vcattn"] += 1
         return _torch_op.run(q, k, v, "NHD", scale, "vc", {}, None, False, rope)
-    return _masked(call, q, k, v, key_mask, scale, rope_cos, rope_sin)
+    return _masked(call, q, k, v, key_mask, scale, cos, sin)
+
+
+@torch.library.custom_op("vcattn::dit_attention", mutates_args=())
+def _dropin_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, rope_cos: Optional[torch.Tensor],
+               rope_sin: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A drop-in call ([B, S, H, D]; no layer state): the principal order. It
+    never waits for the GPU, so a CUDA graph may hold it."""
+    return _dropin(q, k, v, scale, None, rope_cos, rope_sin)
+
+
+@torch.library.custom_op("vcattn::dit_masked_attention", mutates_args=(), tags=_CUDAGRAPH_UNSAFE)
+def _masked_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, key_mask: torch.Tensor,
+               rope_cos: Optional[torch.Tensor], rope_sin: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A drop-in call under a key-padding mask: its values are read on the
+    host (which keys each sample keeps), so no CUDA graph may hold it."""
+    return _dropin(q, k, v, scale, key_mask, rope_cos, rope_sin)
 
 
 @torch.library.custom_op("vcattn::dit_layer_attention", mutates_args=(), tags=_CUDAGRAPH_UNSAFE)
@@ -338,6 +353,11 @@ def _layer_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, clock: torch.Te
 
 
 @_dropin_op.register_fake
+def _(q, k, v, scale, rope_cos, rope_sin):
+    return _torch_op.fake_outputs(q, "NHD")
+
+
+@_masked_op.register_fake
 def _(q, k, v, scale, key_mask, rope_cos, rope_sin):
     return _torch_op.fake_outputs(q, "NHD")
 
