@@ -249,6 +249,27 @@ if torch is not None:
     compiled = torch.compile(lambda a, b, c: vcattn.sdpa(a, b, c) + 1, fullgraph=True, backend="aot_eager")
     check(torch.equal(compiled(sq, sk, sv), vcattn.attention(sq, sk, sv) + 1), "sdpa under torch.compile(fullgraph=True)")
 
+    # varlen: packed sequences, each its own call (bit for bit), GQA, compiled, refusals
+    lens = [100, 257, 31]
+    vq, vk, vv = torch.randn(388, 4, 64), torch.randn(388, 2, 64), torch.randn(388, 2, 64)
+    cu = torch.tensor([0, 100, 357, 388], dtype=torch.int32)
+    packed = vcattn.attention_varlen(vq, vk, vv, cu, cu, max_seqlen_q=257, max_seqlen_k=257)
+    alone = [vcattn.attention(vq[None, a:b], vk[None, a:b], vv[None, a:b], tensor_layout="NHD")[0]
+             for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())]
+    check(torch.equal(packed, torch.cat(alone)), "varlen differs from one call per sequence")
+    cu_k = torch.tensor([0, 50, 300, 388], dtype=torch.int64)  # other key lengths
+    packed_k = vcattn.attention_varlen(vq, vk, vv, cu, cu_k)
+    check(torch.equal(packed_k[100:357], vcattn.attention(vq[None, 100:357], vk[None, 50:300], vv[None, 50:300],
+                                                         tensor_layout="NHD")[0]), "varlen with other key lengths")
+    compiled_varlen = torch.compile(lambda *a: vcattn.attention_varlen(*a) + 1, fullgraph=True, backend="aot_eager")
+    check(torch.equal(compiled_varlen(vq, vk, vv, cu, cu), packed + 1), "varlen under torch.compile(fullgraph=True)")
+    raises(ValueError, lambda: vcattn.attention_varlen(vq, vk, vv, torch.tensor([0, 100, 90, 388]), cu),
+           "must rise from 0", "varlen offsets that fall")
+    raises(ValueError, lambda: vcattn.attention_varlen(vq, vk, vv, torch.tensor([0, 100, 387]), torch.tensor([0, 1, 388])),
+           "must rise from 0 to 388", "varlen offsets that end short")
+    raises(ValueError, lambda: vcattn.attention_varlen(vq, vk, vv, cu, cu[:3]), "sequences", "varlen batch mismatch")
+    raises(ValueError, lambda: vcattn.attention_varlen(vq[None], vk, vv, cu, cu), "[total_tokens", "varlen 4-D q")
+
     # RoPE applied by the quantizers: the same bits as rotating q and k in
     # float32 first (both round each product and the difference once: the
     # library is built with -ffp-contract=off), both styles; refusals

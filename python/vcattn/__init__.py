@@ -16,7 +16,7 @@ from . import _capi
 from ._core import LayerState, OutOfMemoryError, VcattnError, _check_layout, check_step, config, lib  # noqa: F401 (config: public)
 from ._core import check_switches, config_fields
 
-__all__ = ["attention", "sdpa", "Schedule", "LayerState", "VcattnError", "OutOfMemoryError", "config", "version"]
+__all__ = ["attention", "attention_varlen", "sdpa", "Schedule", "LayerState", "VcattnError", "OutOfMemoryError", "config", "version"]
 
 
 def sdpa(query: ArrayT, key: ArrayT, value: ArrayT, attn_mask: Optional[Any] = None, dropout_p: float = 0.0,
@@ -28,6 +28,18 @@ def sdpa(query: ArrayT, key: ArrayT, value: ArrayT, attn_mask: Optional[Any] = N
     vcattn.sdpa_routes counts which ran (eager calls)."""
     from ._sdpa import sdpa as impl
     return impl(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, method=method)
+
+
+def attention_varlen(q: ArrayT, k: ArrayT, v: ArrayT, cu_seqlens_q: Any, cu_seqlens_k: Any,
+                     max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
+                     sm_scale: Optional[float] = None, method: str = "vc", check_finite: bool = True) -> ArrayT:
+    """Packed sequences of different lengths (flash_attn_varlen_func's
+    layout): q [total_q, Hq, D], k and v [total_k, Hkv, D], cu_seqlens_q and
+    cu_seqlens_k the int32/int64 offsets [batch + 1] from 0; each sequence
+    attends only to its own keys, grouped on its own. Torch tensors only;
+    max_seqlen_* are accepted for flash-attn compatibility and not needed."""
+    from ._varlen import attention_varlen as impl
+    return impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sm_scale, method, check_finite)
 
 
 def __getattr__(name: str) -> Any:
