@@ -26,11 +26,19 @@ esac
 libs=$("$py" -c "import sys, zipfile; print(sum('libvcattn' in n for n in zipfile.ZipFile(sys.argv[1]).namelist()))" "$whl")
 if [ "$libs" = 1 ]; then echo "ok: one library file"; else echo "FAIL: $libs library files in the wheel"; status=1; fi
 mkdir "$tmp/site" && "$py" -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$whl" "$tmp/site"
+# The library loads from the wheel; with numpy there, a call runs too
+# (without it that part says so: numpy is optional for the package).
 if (cd "$tmp" && env -u VCATTN_LIB PYTHONPATH="$tmp/site" "$py" -c "
-import numpy as np, vcattn
-q = np.random.default_rng(0).standard_normal((1, 2, 64, 64)).astype(np.float32)
+import vcattn
 assert vcattn._capi.find_library().startswith('$tmp/site'), vcattn._capi.find_library()
-assert vcattn.attention(q, q, q).shape == q.shape
+assert vcattn.version()
+try:
+    import numpy as np
+except ImportError:
+    print('wheel: no numpy here: the library loaded, the call check skipped')
+else:
+    q = np.random.default_rng(0).standard_normal((1, 2, 64, 64)).astype(np.float32)
+    assert vcattn.attention(q, q, q).shape == q.shape
 "); then echo "ok: the package runs from the wheel"; else echo "FAIL: the package does not run from the wheel"; status=1; fi
 [ $status = 0 ] && echo "wheel: passed" || echo "wheel: FAILED"
 exit $status
