@@ -295,6 +295,8 @@ if torch is not None:
            "as many tokens", "rope with Nq != Nk")
     raises(ValueError, lambda: vcattn.attention(rq, rk, rv, rope=(cos, sin), rope_style="neox"), "rope_style",
            "unknown rope style")
+    raises(ValueError, lambda: vcattn.attention(rq, rk, rv, rope_style="neox"), "rope_style",
+           "unknown rope style without tables (was a KeyError)")
     raises(TypeError, lambda: vcattn.attention(rq, rk, rv, rope=cos), "(cos, sin)", "rope not a pair")
     raises(TypeError, lambda: vcattn.attention(q, k, v, rope=(cos, sin)), "torch tensors only", "rope with numpy")
     raises(ValueError, lambda: vcattn.attention(rq, rk, rv, rope=(cos, sin * float("nan"))), "NaN",

@@ -95,12 +95,14 @@ def prepare(q, k, v, sm_scale, layout="HND", rope=None, rope_style="interleaved"
                          % (q.dtype, k.dtype, v.dtype))
     if q.device.type not in ("cpu", "cuda"):
         raise ValueError("vcattn: tensors on %s are not supported (cpu or cuda)" % (q.device,))
+    if rope_style not in ROPE_STYLES:
+        raise ValueError("vcattn: rope_style must be one of %s, got %r" % (", ".join(ROPE_STYLES), rope_style))
     d = q.shape[-1]
     scale = float(sm_scale if sm_scale is not None else d ** -0.5)
     cos = sin = None
     if rope is not None:
         seq = 2 if layout == "HND" else 1
-        cos, sin = _rope_tables(rope, rope_style, q.shape[seq], k.shape[seq], d, q.device)
+        cos, sin = _rope_tables(rope, q.shape[seq], k.shape[seq], d, q.device)
     if q.is_cuda and d not in _core._GPU_HEAD_DIMS:
         if d > max(_core._GPU_HEAD_DIMS) or d % 8:
             raise ValueError("vcattn: head dim %d unsupported on the GPU (64 and 128; smaller multiples of 8 "
@@ -115,10 +117,8 @@ def prepare(q, k, v, sm_scale, layout="HND", rope=None, rope_style="interleaved"
     return q, k, v, scale, d, cos, sin, ROPE_STYLES[rope_style]
 
 
-def _rope_tables(rope, style, nq, nk, d, device):
+def _rope_tables(rope, nq, nk, d, device):
     """(cos, sin) as contiguous float32 [N, D/2], checked."""
-    if style not in ROPE_STYLES:
-        raise ValueError("vcattn: rope_style must be one of %s, got %r" % (", ".join(ROPE_STYLES), style))
     if not (isinstance(rope, (tuple, list)) and len(rope) == 2):
         raise TypeError("vcattn: rope must be a (cos, sin) pair of [tokens, head_dim/2] tensors")
     if nq != nk:

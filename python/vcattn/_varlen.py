@@ -4,7 +4,8 @@ k and v [total_k, Hkv, D], cumulative offsets cu_seqlens_q and cu_seqlens_k
 ([batch + 1], starting at 0). Each sequence is its own call (its own
 V-Smooth order), so no key of one sequence reaches another's queries. One
 custom op: the offsets are read when it runs, so torch.compile traces it
-without a graph break (on the GPU the read waits for the offsets)."""
+without a graph break (offsets on the GPU cost one wait for them; offsets
+kept on the CPU, as flash-attn callers often have them, cost none)."""
 import torch
 
 from . import _torch_op
@@ -58,8 +59,6 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
                      method="vc", check_finite=True):
     _check(q, k, v, cu_seqlens_q, cu_seqlens_k)
     q4, k4, v4, scale, d, _, _, _ = _torch_op.prepare(q[None], k[None], v[None], sm_scale, "NHD")
-    if cu_seqlens_q.device != q.device or cu_seqlens_k.device != q.device:
-        cu_seqlens_q, cu_seqlens_k = cu_seqlens_q.to(q.device), cu_seqlens_k.to(q.device)
     out = torch.ops.vcattn.attention_varlen(q4[0], k4[0], v4[0], cu_seqlens_q, cu_seqlens_k, scale, method,
                                             bool(check_finite))
     return out[..., :d] if out.shape[-1] != d else out

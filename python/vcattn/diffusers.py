@@ -165,7 +165,7 @@ def _schedule_member():
 # shapes, dtypes and flags (no tensor values, no Python state written, no
 # warnings under the compiler) and ends in a custom op, opaque to the
 # compiler. Everything stateful happens when those ops run: the step of
-# a transformer (vcattn::dit_forward, from its forward pre-hook), the layer a
+# a transformer (vcattn::dit_forward, called first by its forward), the layer a
 # call belongs to (its place among the forward's vcattn calls), the layer's
 # grouping plan, key-padding masks, the route counters. So one compiled graph
 # serves every block and every step, with nothing to guard on.
@@ -403,8 +403,8 @@ class WanRopeProcessor:
     full passes over q and k). Every other call (cross-attention, the I2V
     image branch, no rotary embedding) runs the stock processor."""
 
-    def __init__(self, stock, scheduled):
-        self.stock, self.scheduled = stock, scheduled
+    def __init__(self, stock, projections):
+        self.stock, self.projections = stock, projections  # diffusers' q, k, v projection helper
 
     @property
     def _attention_backend(self):  # diffusers' set/reset_attention_backend address the processor
@@ -423,13 +423,13 @@ class WanRopeProcessor:
         if encoder_hidden_states is not None or attn.add_k_proj is not None or freqs is None or \
                 freqs[0].ndim != 4 or freqs[0].shape[0] != 1 or freqs[0].shape[2] != 1:
             return self.stock(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
-        query, key, value = _wan_processor_class()[1](attn, hidden_states, None)
+        query, key, value = self.projections(attn, hidden_states, None)
         query = attn.norm_q(query).unflatten(2, (attn.heads, -1))
         key = attn.norm_k(key).unflatten(2, (attn.heads, -1))
         value = value.unflatten(2, (attn.heads, -1))
         # Wan's tables repeat each pair's angle: cos at the even, sin at the odd channels
         rope = (freqs[0][0, :, 0, 0::2], freqs[1][0, :, 0, 1::2])
-        hidden_states = _route(self.scheduled, query, key, value, attention_mask, 0.0, False, None, False, False,
+        hidden_states = _route(True, query, key, value, attention_mask, 0.0, False, None, False, False,
                                self._parallel_config, rope=rope)
         hidden_states = hidden_states.flatten(2, 3).type_as(query)
         hidden_states = attn.to_out[0](hidden_states)
@@ -513,7 +513,7 @@ class _Installation:
     def __init__(self, transformer, label, steps, method, fuse_rope):
         self.transformer, self.label, self.steps, self.method = transformer, label, steps, method
         self.saved, self.swapped, self.wrapper = [], [], None
-        wan_processor = _wan_processor_class()[0] if fuse_rope else None
+        wan_processor, projections = _wan_processor_class() if fuse_rope else (None, None)
         self.cfg = _core.config(method)
         member = _schedule_member()
         routed, skipped = 0, collections.Counter()
@@ -527,7 +527,7 @@ class _Installation:
             self.saved.append((processor, processor._attention_backend))
             processor._attention_backend = member  # what diffusers' set_attention_backend() sets
             if wan_processor is not None and type(processor) is wan_processor:
-                module.processor = WanRopeProcessor(processor, scheduled=True)
+                module.processor = WanRopeProcessor(processor, projections)
                 self.swapped.append((module, processor))
             routed += 1
         if not routed:
