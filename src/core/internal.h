@@ -28,12 +28,9 @@ struct vcattn_context {
     char last_error[VCATTN_ERRMSG_LEN];
 };
 
-/* The sizes of a view, measured once with overflow checks (the only place
- * the library computes them): its logical elements B*H*N*D, its extent in
- * elements from the first to one past the last, and the bytes [lo, hi) it
- * spans in memory. */
+/* The bytes [lo, hi) a view spans in memory, measured with overflow checks
+ * (the only place the library computes a view's sizes). */
 typedef struct {
-    int64_t elements, extent;
     uintptr_t lo, hi;
 } vcattn_view_size;
 

@@ -34,7 +34,7 @@ static int mul_within(int64_t a, int64_t b, int64_t limit, int64_t *out) {
 
 const char *vcattn_view_measure(const vcattn_tensor *t, vcattn_view_size *size) {
     if (t->tokens > VCATTN_MAX_TOKENS) return "more than VCATTN_MAX_TOKENS tokens";
-    int64_t rows, elements;
+    int64_t rows, elements;  /* the logical B*H*N*D: work buffers follow it, whatever the strides */
     if (!mul_within(t->batch, t->heads, VCATTN_MAX_ELEMENTS, &rows) ||
         !mul_within(rows, t->tokens, VCATTN_MAX_ELEMENTS, &rows) ||
         !mul_within(rows, t->head_dim, VCATTN_MAX_ELEMENTS, &elements))
@@ -53,8 +53,6 @@ const char *vcattn_view_measure(const vcattn_tensor *t, vcattn_view_size *size) 
     }
     if (extent > INT64_MAX / esize || (uint64_t)(extent * esize) > UINTPTR_MAX - (uintptr_t)t->data)
         return "strides times sizes pass the address space";
-    size->elements = elements;
-    size->extent = extent;
     size->lo = (uintptr_t)t->data;
     size->hi = (uintptr_t)t->data + (uintptr_t)(extent * esize);
     return NULL;
