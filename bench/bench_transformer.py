@@ -4,9 +4,11 @@ the GPU (no download), 720p / 81 frames (21 x 45 x 80 = 75,600 tokens):
 timed with SDPA (cuDNN), with vcattn on a grouping step and on a plain step,
 and with SageAttention2 when importable; prints the per-step speedups, the
 speedup averaged over the 40-step schedule (grouping on steps 0, 4, 8), and
-the attention share of the SDPA forward.
+the attention share of the SDPA forward. The plain step is timed again with
+Wan's RoPE on the other side (in PyTorch when it is fused, and the reverse),
+so the fused RoPE's gain is measured in the same process.
 
-    python bench/bench_transformer.py --config wan2.2-14b [--json F]
+    python bench/bench_transformer.py --config wan2.2-14b [--layers N] [--json F]
     python bench/bench_transformer.py --tiny --device cpu      # smoke run of the script itself
 """
 import argparse
@@ -67,13 +69,14 @@ def main():
     ap.add_argument("--method", default="vc")
     ap.add_argument("--fuse-rope", type=int, default=1, choices=(0, 1),
                     help="1: Wan's RoPE inside vcattn's quantizers (enable()'s default); 0: in PyTorch")
+    ap.add_argument("--layers", type=int, default=None, help="blocks (default: the config's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     cuda_or_exit("bench_transformer", args.device)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     name = "tiny" if args.tiny else args.config
-    model, x, text, tokens = build(name, args.device)
+    model, x, text, tokens = build(name, args.device, args.layers)
 
     def forward(t=500.0):
         with torch.no_grad():
@@ -95,6 +98,14 @@ def main():
             attn = sum(e.device_time for e in events if any(s in e.name.lower() for s in ("fmha", "flash", "cudnn", "attention")))
             attention_share = attn / total if total else None
 
+        def plain_step_ms():
+            # timestep 1000 starts a generation; 999 is step 1, a plain step
+            plain = []
+            for _ in range(args.reps):
+                forward(1000.0)
+                plain.append(timed(lambda: forward(999.0), args.device, 1))
+            return statistics.median(plain)
+
         session = vcattn.diffusers.enable(model, num_inference_steps=args.steps, method=args.method,
                                           fuse_rope=bool(args.fuse_rope))
         try:
@@ -107,12 +118,14 @@ def main():
                 forward(999.0)
                 grouped.append(timed(lambda: forward(1000.0), args.device, 1))
             group_ms = statistics.median(grouped)
-            plain = []
-            for _ in range(args.reps):
-                forward(1000.0)
-                plain.append(timed(lambda: forward(999.0), args.device, 1))
-            plain_ms = statistics.median(plain)
+            plain_ms = plain_step_ms()
             last_step = session.step
+        finally:
+            vcattn.diffusers.disable(model)
+        vcattn.diffusers.enable(model, num_inference_steps=args.steps, method=args.method,
+                                fuse_rope=not args.fuse_rope)
+        try:
+            other_rope_ms = plain_step_ms()
         finally:
             vcattn.diffusers.disable(model)
 
@@ -134,12 +147,18 @@ def main():
            "vc_grouping_ms": group_ms, "vc_plain_ms": plain_ms, "vc_schedule_avg_ms": avg_ms,
            "speedup_plain": sdpa_ms / plain_ms, "speedup_grouping": sdpa_ms / group_ms,
            "speedup_schedule": sdpa_ms / avg_ms, "attention_share_sdpa": attention_share,
-           "sage2_ms": sage_ms, "method": args.method, "last_step": last_step, "fuse_rope": args.fuse_rope}
+           "sage2_ms": sage_ms, "method": args.method, "last_step": last_step, "fuse_rope": args.fuse_rope,
+           "layers": args.layers or CONFIGS[name]["num_layers"],
+           "vc_plain_rope_fused_ms": plain_ms if args.fuse_rope else other_rope_ms,
+           "vc_plain_rope_pytorch_ms": other_rope_ms if args.fuse_rope else plain_ms}
     print("%s, %d tokens, %s: SDPA %.1f ms; vcattn grouping step %.1f ms (%.2fx), plain step %.1f ms (%.2fx), "
           "schedule average %.2fx; attention share of the SDPA forward %s" % (
               name, tokens, args.device, sdpa_ms, group_ms, row["speedup_grouping"], plain_ms,
               row["speedup_plain"], row["speedup_schedule"],
               "%.0f%%" % (100 * attention_share) if attention_share is not None else "n/a"))
+    print("plain step with Wan's RoPE fused into the quantizers %.1f ms, applied in PyTorch %.1f ms (%.3fx)" % (
+        row["vc_plain_rope_fused_ms"], row["vc_plain_rope_pytorch_ms"],
+        row["vc_plain_rope_pytorch_ms"] / row["vc_plain_rope_fused_ms"]))
     if sage_ms:
         print("SageAttention2 (diffusers 'sage' backend): %.1f ms (%.2fx SDPA)" % (sage_ms, sdpa_ms / sage_ms))
     if args.json:
