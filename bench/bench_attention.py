@@ -14,7 +14,13 @@ Columns: vc kernel = the attention kernel alone (its CUPTI duration from the
 torch profiler, quantized inputs ready); vc call = the whole call on a plain
 step (grouping reused: quantization + attention); grouping = a call that runs
 k-means from the previous centroids (warm, 5 iterations); drop-in = a call
-without a layer state (V-Smooth's blocks in the principal order, no k-means).
+without a layer state (V-Smooth's blocks in the principal order, no k-means);
+public = vcattn.attention(q, k, v) as a user calls it (the drop-in call with
+the input checks on, through the Python front; at shapes the routing rule
+sends to SDPA, that route), with its GPU time (every kernel and copy of one
+call, summed) and the time per call of 20 back-to-back calls with one
+synchronisation at the end (equal to the GPU time when the host never
+leaves the GPU idle).
 
     python bench/bench_attention.py [--shapes wan,longcat,...] [--json F] [--reps N]
 """
@@ -42,7 +48,21 @@ SHAPES = {  # name: (B, H, N, D)
     "hunyuan-720p": (1, 16, 111700, 128),
     "seq-32k": (1, 32, 32768, 128),
     "d64-32k": (1, 32, 32768, 64),
+    "flux-4608": (1, 24, 4608, 128),
+    "seq-8k": (1, 32, 8192, 128),
+    "batch4-2k": (4, 32, 2048, 128),
 }
+
+
+def shape_of(name):
+    """A named shape, or one written BxHxNxD (e.g. 1x24x4608x128)."""
+    if name in SHAPES:
+        return SHAPES[name]
+    try:
+        b, h, n, d = (int(x) for x in name.split("x"))
+    except ValueError:
+        raise SystemExit("unknown shape %r: one of %s, or BxHxNxD" % (name, ", ".join(SHAPES)))
+    return b, h, n, d
 
 
 def checkout_commit():
@@ -121,6 +141,19 @@ def kernel_ms(fn, reps, name="vc_attention"):
     return (statistics.median(times) if times else float("nan")), {k: sum(v) / reps for k, v in pre.items()}
 
 
+def gpu_ms(fn, reps):
+    """The GPU time of one call: every kernel, copy and set it runs (CUPTI), summed, averaged over reps."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    return sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA) / 1e3 / reps
+
+
 def bench_shape(vc, name, shape, reps, check_finite=0, method="vc"):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
@@ -190,6 +223,22 @@ def bench_shape(vc, name, shape, reps, check_finite=0, method="vc"):
     cfg2 = vc.config("sage2", check_finite)
     row["sage2_ours_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg2), reps)
     vc.lib.vcattn_layer_destroy(layer)
+    row.update(bench_public(q, k, v, reps, method))
+    return row
+
+
+def bench_public(q, k, v, reps, method):
+    """The public call: its time, its GPU time, 20 back-to-back calls."""
+    import vcattn
+    def call():
+        return vcattn.attention(q, k, v, method=method)
+    row = {"public_route": vcattn.route_of(q, k, v, method=method) if hasattr(vcattn, "route_of") else "vcattn"}
+    row["public_ms"] = time_ms(call, reps)
+    row["public_gpu_ms"] = gpu_ms(call, reps)
+    def burst():
+        for _ in range(20):
+            call()
+    row["public_burst20_ms"] = time_ms(burst, reps) / 20
     return row
 
 
@@ -207,7 +256,7 @@ def main():
     rows = []
     for name in args.shapes.split(","):
         print("bench %s ..." % name, file=sys.stderr)
-        rows.append(bench_shape(vc, name, SHAPES[name], args.reps, int(args.check_finite), args.method))
+        rows.append(bench_shape(vc, name, shape_of(name), args.reps, int(args.check_finite), args.method))
         torch.cuda.empty_cache()
     print("TFLOP/s (ratio to cuDNN BF16), medians of %d runs" % args.reps)
     peers = [(k, label) for k, label in (("sage2_ms", "SA2 call"), ("fa3_ms", "FA3 bf16"),
@@ -229,6 +278,10 @@ def main():
             "sage2_ours_call_ms")] +
                        [cell(r[k]) for k, _ in peers]))
         print("%-14s drop-in call time / plain step time: %.3f" % ("", r["vc_dropin_ms"] / r["vc_call_ms"]))
+        print("%-14s public call (%s) %.3f ms: %.2fx cuDNN; GPU time %.3f ms; 20 back-to-back: %.3f ms a call "
+              "(%.3f x the GPU time)" % ("", r["public_route"], r["public_ms"], base / r["public_ms"] if base else 0,
+                                          r["public_gpu_ms"], r["public_burst20_ms"],
+                                          r["public_burst20_ms"] / r["public_gpu_ms"]))
         if r.get("sage2_ms"):
             print("%-14s vc call speed / SageAttention2 call speed: %.2fx (drop-in %.2fx)" %
                   ("", r["sage2_ms"] / r["vc_call_ms"], r["sage2_ms"] / r["vc_dropin_ms"]))
