@@ -65,7 +65,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, mas
     return out.transpose(1, 2).reshape(b, n, h * d)
 
 
-def override(func: Callable, *args: Any, **kwargs: Any) -> torch.Tensor:
+def override(func: Callable[..., Any], *args: Any, **kwargs: Any) -> torch.Tensor:
     """For transformer_options["optimized_attention_override"]: ComfyUI
     passes the function it would have called, then that call's arguments."""
     kwargs.pop("_inside_attn_wrapper", None)  # ComfyUI's re-entry marker, not an argument
@@ -90,10 +90,10 @@ class PatchAttention:
                    "head dims vcattn lacks go to PyTorch SDPA.")
 
     @classmethod
-    def INPUT_TYPES(cls) -> dict:
+    def INPUT_TYPES(cls) -> dict[str, Any]:
         return {"required": {"model": ("MODEL",)}}
 
-    def apply(self, model: Any) -> tuple:
+    def apply(self, model: Any) -> tuple[Any]:
         return (patch(model),)
 
 
