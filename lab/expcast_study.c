@@ -1,6 +1,6 @@
 /* `vcattn expcast`: the facts of ExpCast-FP8, each derived from the codec. */
 #include "expcast_study.h"
-#include "formats/formats.h"
+#include "vcattn_inspect.h"
 
 #include <math.h>
 

@@ -9,7 +9,7 @@
 #include <omp.h>
 #include <stdlib.h>
 
-#include "formats/halfs.h"
+#include "vcattn_inspect.h"
 
 /* Row (b, h, n) of a view as double; head_dim is contiguous. */
 static void load_row_f64(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n, double *dst) {

@@ -8,12 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
-#include "cpu/cpu_backend.h"
+#include "vcattn_inspect.h"
 #include "reference.h"
-#include "formats/formats.h"
 #include "expcast_study.h"
-#include "vsmooth/vsmooth.h"
 
 #define BLOCK VCATTN_TILE
 

@@ -14,7 +14,7 @@
  */
 #include "workloads.h"
 
-#include "core/internal.h"
+#include "vcattn_inspect.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
 #include "workloads.h"
 #include "vcattn.h"
 #include "reference.h"
-#include "formats/formats.h"
+#include "vcattn_inspect.h"
 #include "metrics.h"
 
 #include <string.h>

@@ -16,11 +16,7 @@
 #include "testlib.h"
 #include "vcattn.h"
 #include "reference.h"
-#include "formats/formats.h"
-#include "vsmooth/vsmooth.h"
-#include "api/api.h"
-#include "cpu/cpu_backend.h"
-#include "cuda/cuda_backend.h"
+#include "vcattn_inspect.h"
 
 #include <string.h>
 #ifdef VCATTN_WITH_CUDA

@@ -1,7 +1,7 @@
 /* Bit-exactness of every codec, checked against independent brute-force
  * references (nearest representable value, ties to the even code). */
 #include "testlib.h"
-#include "formats/formats.h"
+#include "vcattn_inspect.h"
 
 #include <stdint.h>
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "reference.h"
-#include "formats/halfs.h"
+#include "vcattn_inspect.h"
 #include "metrics.h"
 #include "testlib.h"
 

@@ -14,7 +14,7 @@
 #include "metrics.h"
 #include "npy.h"
 #include "reference.h"
-#include "formats/formats.h"
+#include "vcattn_inspect.h"
 
 #include <string.h>
 

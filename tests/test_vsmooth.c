@@ -2,7 +2,7 @@
  * grouping schedule of the layer state across denoising steps. */
 #include "testlib.h"
 #include "vcattn.h"
-#include "vsmooth/vsmooth.h"
+#include "vcattn_inspect.h"
 #include "reference.h"
 
 #include <math.h>

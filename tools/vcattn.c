@@ -21,11 +21,8 @@
 
 #include "vcattn.h"
 #include "workloads.h"
-#include "api/api.h"
-#include "cpu/cpu_backend.h"
+#include "vcattn_inspect.h"
 #include "reference.h"
-#include "formats/halfs.h"
-#include "vsmooth/vsmooth.h"
 #include "expcast_study.h"
 #include "studies.h"
 #include "metrics.h"

@@ -24,7 +24,7 @@
  * A broken promise aborts (libFuzzer reports it with the input). Run through
  * tests/fuzz/run_fuzz.sh (ASan + UBSan). */
 #include "vcattn.h"
-#include "formats/halfs.h"
+#include "vcattn_inspect.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -15,7 +15,7 @@ secs=${2:-}
 cc=${CLANG:-clang}
 mkdir -p "$out"
 flags=(-g -O1 -std=c11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -ffp-contract=off -fopenmp -I "$root/include" -I "$root/src" -I "$root/lab")
+       -ffp-contract=off -fopenmp -I "$root/include" -I "$root/src" -I "$root/src/inspect" -I "$root/lab")
 
 echo 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }' >"$out/probe.c"
 if ! command -v "$cc" >/dev/null || ! "$cc" "${flags[@]}" "$out/probe.c" -o "$out/probe" 2>"$out/probe.log"; then
