@@ -29,7 +29,7 @@ src=$root/src
 # system header); searched as the builds do: the file's folder, then the
 # include paths (src/ too, so that a door gone round is found, not missed)
 resolve() {
-    for base in "$(dirname "$1")" "$root/include" "$src/inspect" "$root/lab" "$root/tests" "$src"; do
+    for base in "$(dirname "$1")" "$root/include" "$src/inspect" "$root/lab" "$root/tests" "$root/tools" "$src"; do
         [ -e "$base/$2" ] && { echo "$(cd "$(dirname "$base/$2")" && pwd)/$(basename "$2")"; return; }
     done
 }
