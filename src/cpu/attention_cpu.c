@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453
 
 typedef struct {
@@ -194,7 +193,7 @@ static vcattn_status prepare_q(const problem *p, const vcattn_tensor *q, const v
         for (int64_t j = 0; j < p->nk; j++) {  /* q.k = (q - mean_q).k + mean_q.k: the second term per key */
             double s = 0.0;
             for (int64_t i = 0; i < d; i++) s += (double)qmean[i] * kv->rows[j * d + i];
-            qh->key_bias[j] = (float)(s * (double)p->sm_scale * 1.4426950408889634);
+            qh->key_bias[j] = (float)(s * (double)p->sm_scale * VCATTN_LOG2E_F64);
         }
     }
     for (int64_t t = 0; t < n; t++) {
@@ -224,7 +223,7 @@ static void encode_probabilities(const vcattn_config *cfg, int64_t nt, const flo
     switch (cfg->p_format) {
     case VCATTN_P_FP8_EXPCAST: {
         /* One FMA per element: x = 8 (t - m) + 120 + beta, scales folded in. */
-        float bias = (120.0f + cfg->expcast_beta) - 8.0f * m;
+        float bias = (VCATTN_EXPCAST_MAX_CODE + cfg->expcast_beta) - 8.0f * m;
         for (int64_t j = 0; j < nt; j++)
             prob[j] = vcattn_e4m3_decode(vcattn_expcast_code(fmaf(dot[j], 8.0f * mult[j], bias)));
         break;
@@ -269,7 +268,7 @@ static void attend_row(const problem *p, const score_operand *q, const kv_head *
     const vcattn_config *cfg = p->cfg;
     const int64_t d = p->d, nk = p->nk;
     const float *qv = q->val + i * d;
-    const float qmul = q->mul[i] * (p->sm_scale * LOG2E);
+    const float qmul = q->mul[i] * (p->sm_scale * VCATTN_LOG2E);
     float dot[VCATTN_TILE], mult[VCATTN_TILE], prob[VCATTN_TILE];
     float acc[VCATTN_MAX_HEAD_DIM], partial[VCATTN_MAX_HEAD_DIM];
     float m = -INFINITY, l = 0.0f;
@@ -393,7 +392,7 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_call *call, const 
         }
         /* A row past the float range is refused even against keys that
          * smoothing made zero: Inf * 0 is NaN, which no comparison catches. */
-        const double bound = isinf(max_q) || isinf(max_k) ? INFINITY : max_q * max_k * p.sm_scale * LOG2E;
+        const double bound = isinf(max_q) || isinf(max_k) ? INFINITY : max_q * max_k * p.sm_scale * VCATTN_LOG2E;
         if (bound > VCATTN_MAX_SCORE_LOG2) {
             st = vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                              "scores could reach %.3g (log2 units: |q| %.3g, |k| %.3g after RoPE and "

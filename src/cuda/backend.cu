@@ -14,6 +14,7 @@
 #include "operand_layout.h"
 #include "sm90/attention.h"
 #include "../core/internal.h"
+#include "../formats/expcast.h"
 #include "../vsmooth/vsmooth.h"
 
 extern "C" int cuda_backend_available(const char **why) {
@@ -408,13 +409,13 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     const float *mean = cfg->k_smoothing ? op->kmean : nullptr;
     if (qs && (err = k_channel_mean(in.q, in.qrope, cq, qpartials, qmean, cs.stream)))
         return cs.cuda_fail(err, "Q channel mean");
-    const q_smoothing_args qsa = {qmean, (int)(c.Hq / c.Hkv), sm_scale * 1.4426950408889634f, op->key_bias};
+    const q_smoothing_args qsa = {qmean, (int)(c.Hq / c.Hkv), sm_scale * VCATTN_LOG2E, op->key_bias};
     if ((err = quantize_k(in.k, in.krope, ck, op->perm, mean, cfg->hadamard, hadamard_scale, op->k_codes,
                           op->k_mul, max_norm + 1, qsa, cs.stream)) ||
         (err = quantize_q(in.q, in.qrope, cq, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
                           op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, max_norm,
                           qmean, cs.stream)) ||
-        (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * 1.4426950408889634f, cfg->hadamard, ck, cs.stream))) ||
+        (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * VCATTN_LOG2E, cfg->hadamard, ck, cs.stream))) ||
         (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->tile_mean, tile_hi, tile_lo, chan_inv,
                           op->chan_mul, chan_pre, op->chan_pow2, op->v_records, op->v_mean_images, cs.stream)))
         return cs.cuda_fail(err, "quantization");
@@ -431,13 +432,13 @@ vcattn_status check_flag(call_state &cs, const vcattn_config *cfg, const operand
     if ((err = cudaMemcpyAsync(&found, op.flag, sizeof(int), cudaMemcpyDeviceToHost, cs.stream)) ||
         (err = cudaStreamSynchronize(cs.stream)))
         return cs.cuda_fail(err, "non-finite check");
-    if (found & 1)
+    if (found & VC_FLAG_NONFINITE)
         return vcattn_fail(cs.ctx, VCATTN_ERR_NONFINITE_INPUT, "q, k, v or the rope tables contain NaN or Inf");
-    if (found & 4)
+    if (found & VC_FLAG_HADAMARD_RANGE)
         return vcattn_fail(cs.ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "the Hadamard rotation would overflow float32: a row's norm after RoPE and smoothing, "
                            "times 2 sqrt(D), passes the float maximum");
-    if (found & 2)
+    if (found & VC_FLAG_SCORE_RANGE)
         return vcattn_fail(cs.ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "scores could pass %g (log2 units, from |q| and |k| after RoPE and smoothing): "
                            "beyond what the float32 softmax resolves", VCATTN_MAX_SCORE_LOG2);
@@ -485,8 +486,8 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *
     p.batch = (int)c.B; p.heads_q = (int)c.Hq; p.heads_kv = (int)c.Hkv; p.nq = (int)c.Nq; p.nk = (int)c.Nk;
     p.q_tiles = c.QT; p.kv_tiles = c.T;
     p.kv_group_mul = ((1ull << 32) + (uint64_t)(c.Hq / c.Hkv) - 1) / (uint64_t)(c.Hq / c.Hkv);  // exact for heads < 2^16
-    p.score_mul = c.sm_scale * 1.4426950408889634f;
-    p.expcast_bias = 120.0f + cfg->expcast_beta;
+    p.score_mul = c.sm_scale * VCATTN_LOG2E;
+    p.expcast_bias = VCATTN_EXPCAST_MAX_CODE + cfg->expcast_beta;  // the row maximum lands on 0x78
     if ((err = vc_attention_sm90(p, (int)c.D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped, cs.stream)))
         return cs.cuda_fail(err, "attention kernel");
     if ((st = check_flag(cs, cfg, op))) return st;

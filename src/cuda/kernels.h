@@ -18,6 +18,13 @@ struct dev_rope {
     int half_split;                  // VCATTN_ROPE_HALF_SPLIT
 };
 
+// Bits of *error_flag, each refusing the call with its own message.
+enum error_flag_bits {
+    VC_FLAG_NONFINITE = 1,        // NaN or Inf in q, k, v or the RoPE tables
+    VC_FLAG_SCORE_RANGE = 2,      // scores past VCATTN_MAX_SCORE_LOG2
+    VC_FLAG_HADAMARD_RANGE = 4,   // a row the Hadamard rotation would overflow
+};
+
 struct quant_common {
     int batch, heads, tokens, head_dim;
     int check_finite;

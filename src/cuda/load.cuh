@@ -19,7 +19,7 @@ static __device__ __forceinline__ float load_elem(const dev_tensor &t, int64_t b
 
 // Records a non-finite input value (when the call checks) and passes x on.
 static __device__ __forceinline__ float checked(float x, const quant_common &c) {
-    if (c.check_finite && !isfinite(x)) atomicOr(c.error_flag, 1);
+    if (c.check_finite && !isfinite(x)) atomicOr(c.error_flag, VC_FLAG_NONFINITE);
     return x;
 }
 

@@ -573,9 +573,9 @@ __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
 // kernel then writes nothing.
 __global__ void score_bound_kernel(const float *max_norm, float score_mul, int hadamard, quant_common c) {
     if (hadamard && fmax((double)max_norm[0], (double)max_norm[1]) * 2.0 * sqrt((double)c.head_dim) > FLT_MAX)
-        atomicOr(c.error_flag, 4);
+        atomicOr(c.error_flag, VC_FLAG_HADAMARD_RANGE);
     const double q = max_norm[0], k = max_norm[1];  // an Inf norm is refused even against k = 0
-    if (isinf(q) || isinf(k) || q * k * (double)score_mul > VCATTN_MAX_SCORE_LOG2) atomicOr(c.error_flag, 2);
+    if (isinf(q) || isinf(k) || q * k * (double)score_mul > VCATTN_MAX_SCORE_LOG2) atomicOr(c.error_flag, VC_FLAG_SCORE_RANGE);
 }
 
 }  // namespace

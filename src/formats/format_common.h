@@ -8,6 +8,11 @@
 #include <math.h>
 #include <string.h>
 
+/* log2(e): scores are scaled by it so the softmax runs on exp2 (float, and
+ * the double the CPU uses where it keeps a double product). */
+#define VCATTN_LOG2E 1.4426950408889634f
+#define VCATTN_LOG2E_F64 1.4426950408889634
+
 #ifdef __CUDACC__
 #define VCATTN_HD static __host__ __device__ __forceinline__
 #else
