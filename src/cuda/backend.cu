@@ -163,7 +163,7 @@ const int32_t *layer_device_perm(vcattn_layer *layer, size_t count, int device, 
 // The shape of one call and what it does for V-Smooth.
 struct call_shape {
     int64_t B, Hq, Hkv, Nq, Nk, D;
-    int clusters, T, QT;  // QT: 64-row Q tiles rounded up to even (v3 CTAs take two)
+    int clusters, T, QT;  // QT: 64-row Q tiles rounded up to even (a D 128 CTA takes two)
     float sm_scale;
     vcattn_grouping plan;
     int grouped, regroup;

@@ -59,13 +59,14 @@ struct RowState {
 
     // partial = P V^T (+ the row sums in the ones columns), issued. The
     // caller commits the group, after the mean term when one is due.
+    // (The D 64 kernel issues its own, per tile: kernel_wg.cu.)
     __device__ __forceinline__ void issue_pv(float *pacc, uint64_t v) const {
+        static_assert(D == 128, "the batched P V and mean wgmmas are the D 128 kernel's");
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) {
             const uint64_t desc = desc_advance(v, ks * 2 * Sizes<D>::vt_rows * 16);
-            if constexpr (D == 128) wgmma_e4m3_m64n136k32(pacc, p + 4 * ks, desc, ks > 0);
-            else wgmma_e4m3_m64n72k32(pacc, p + 4 * ks, desc, ks > 0);
+            wgmma_e4m3_m64n136k32(pacc, p + 4 * ks, desc, ks > 0);
         }
     }
 
@@ -87,9 +88,9 @@ struct RowState {
     // k rows. Issued after P V, so the FP8 products accumulate on their own
     // before the (larger) mean joins them.
     static __device__ __forceinline__ void issue_mean(float *pacc, uint64_t a_image, uint64_t b_image, int accumulate) {
+        static_assert(D == 128, "the batched P V and mean wgmmas are the D 128 kernel's");
         wgmma_fence();
-        if constexpr (D == 128) wgmma_f16_ss_m64n136k16(pacc, a_image, b_image, accumulate);
-        else wgmma_f16_ss_m64n72k16(pacc, a_image, b_image, accumulate);
+        wgmma_f16_ss_m64n136k16(pacc, a_image, b_image, accumulate);
     }
 
     // The pending row sums follow the running maximum.
