@@ -55,7 +55,7 @@ fi
 if command -v pkg-config >/dev/null 2>&1; then
     # shellcheck disable=SC2046
     if cc -o "$tmp/app2" "$tmp/app/main.c" $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs vcattn) &&
-       LD_LIBRARY_PATH="$libdir" "$tmp/app2"; then
+       "$tmp/app2"; then
         echo "ok: pkg-config builds and runs a program"
     else
         echo "FAIL: pkg-config"
@@ -79,6 +79,15 @@ if command -v nm >/dev/null 2>&1 && [ -n "$lib" ]; then
     fi
 else
     echo "install: nm not found, the exports check SKIPPED"
+fi
+# It runs without the CUDA runtime on the loader's path (linked in).
+if command -v readelf >/dev/null 2>&1 && [ -n "$lib" ]; then
+    if readelf -d "$lib" | grep NEEDED | grep -q cudart; then
+        echo "FAIL: the installed library needs a shared CUDA runtime: $(readelf -d "$lib" | grep cudart)"
+        status=1
+    else
+        echo "ok: no shared CUDA runtime needed"
+    fi
 fi
 [ $status = 0 ] && echo "install: passed" || echo "install: FAILED"
 exit $status
