@@ -65,9 +65,32 @@ if hasattr(diffusers, "HunyuanVideoTransformer3DModel"):
         in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=32, num_layers=1,
         num_single_layers=1, num_refiner_layers=1, patch_size=1, text_embed_dim=16, pooled_projection_dim=8,
         rope_axes_dim=(8, 12, 12))
-    run("HunyuanVideo", m, dict(hidden_states=torch.randn(1, 4, 2, 8, 8), timestep=torch.tensor([900]),
-                                encoder_hidden_states=torch.randn(1, 6, 16), encoder_attention_mask=text_mask,
-                                pooled_projections=torch.randn(1, 8), guidance=torch.tensor([3000.0])), 2)
+    inputs = dict(hidden_states=torch.randn(1, 4, 2, 8, 8), timestep=torch.tensor([900]),
+                  encoder_hidden_states=torch.randn(1, 6, 16), encoder_attention_mask=text_mask,
+                  pooled_projections=torch.randn(1, 8), guidance=torch.tensor([3000.0]))
+    run("HunyuanVideo", m, inputs, 2)
+    # the video tokens' RoPE inside the quantizers (set_backend's default), in the
+    # dual- and the single-stream block: the result of rotating q and k in PyTorch
+    # first (bit for bit on the CPU), with the text tokens' padding mask applied
+    inputs = {key: x.to(device) for key, x in inputs.items()}
+    with torch.no_grad():
+        vd.set_backend(m, num_inference_steps=4)
+        swapped = [x for x in m.modules() if isinstance(getattr(x, "processor", None), vd.HunyuanVideoRopeProcessor)]
+        r0 = vd.stats["vcattn:rope"]
+        fused = m(**inputs, return_dict=False)[0]
+        rope_calls = vd.stats["vcattn:rope"] - r0
+        vd.disable(m)
+        vd.set_backend(m, num_inference_steps=4, fuse_rope=False)
+        unfused = m(**inputs, return_dict=False)[0]
+        vd.disable(m)
+    check(len(swapped) == 2, "HunyuanVideo: fused-RoPE processors on %d modules, want 2" % len(swapped))
+    check(rope_calls == 2, "HunyuanVideo: %d calls with RoPE tables, want 2" % rope_calls)
+    diff = ((fused - unfused).norm() / unfused.norm()).item()
+    if device == "cpu":
+        check(torch.equal(fused, unfused), "HunyuanVideo: fused RoPE differs from RoPE in PyTorch: %.2e" % diff)
+    else:
+        check(diff < 1e-2, "HunyuanVideo: fused RoPE vs RoPE in PyTorch: relative difference %.2e" % diff)
+    print("HunyuanVideo: RoPE fused in %d calls, relative difference to RoPE in PyTorch %.1e" % (rope_calls, diff))
 
 # HunyuanVideo-1.5 masks its joint attention with padding[:, None] & padding[None, :]
 # ([B, 1, N, N], queries too): not a key-padding mask, so those calls stay on SDPA.

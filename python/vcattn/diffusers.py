@@ -386,28 +386,34 @@ def _(clock, timestep, installation):
 
 # ------------------------------------------------------------ RoPE inside the quantizers
 
-def _wan_processor_class():
-    """diffusers' WanAttnProcessor and the projection helper it calls, or
-    (None, None) where diffusers moved them (then RoPE stays in PyTorch)."""
+def _rope_processors():
+    """{diffusers processor class: a function making its fused-RoPE
+    replacement from a stock instance}, for the models whose RoPE form the
+    quantizers take (interleaved pairs); a model diffusers moved is left out
+    (its RoPE then stays in PyTorch)."""
+    found = {}
     try:
         from diffusers.models.transformers import transformer_wan as wan
-        return wan.WanAttnProcessor, wan._get_qkv_projections
+        found[wan.WanAttnProcessor] = lambda stock, p=wan._get_qkv_projections: WanRopeProcessor(stock, p)
     except (ImportError, AttributeError):
-        return None, None
+        pass
+    try:
+        from diffusers.models.transformers import transformer_hunyuan_video as hunyuan
+        found[hunyuan.HunyuanVideoAttnProcessor2_0] = HunyuanVideoRopeProcessor
+    except (ImportError, AttributeError):
+        pass
+    return found
 
 
-class WanRopeProcessor:
-    """diffusers' WanAttnProcessor with Wan's self-attention RoPE applied
-    inside vcattn's quantizers: q and k reach the kernel unrotated, with
-    Wan's cos/sin tables, instead of as rotated copies made in PyTorch (two
-    full passes over q and k). Every other call (cross-attention, the I2V
-    image branch, no rotary embedding) runs the stock processor."""
+class _FusedRopeProcessor:
+    """A stock diffusers processor, wrapped: diffusers' set/reset_attention_backend
+    address the wrapper as they would the stock processor."""
 
-    def __init__(self, stock, projections):
-        self.stock, self.projections = stock, projections  # diffusers' q, k, v projection helper
+    def __init__(self, stock):
+        self.stock = stock
 
     @property
-    def _attention_backend(self):  # diffusers' set/reset_attention_backend address the processor
+    def _attention_backend(self):
         return self.stock._attention_backend
 
     @_attention_backend.setter
@@ -417,6 +423,26 @@ class WanRopeProcessor:
     @property
     def _parallel_config(self):
         return getattr(self.stock, "_parallel_config", None)
+
+
+def _pair_tables(cos, sin, tokens, head_dim):
+    """diffusers' [S, D] tables, each angle repeated for its pair (2i, 2i+1),
+    as the quantizers' [S, D/2]; None if they are not of that form."""
+    if cos.ndim != 2 or tuple(cos.shape) != (tokens, head_dim) or tuple(sin.shape) != (tokens, head_dim):
+        return None
+    return cos[:, 0::2], sin[:, 0::2]
+
+
+class WanRopeProcessor(_FusedRopeProcessor):
+    """diffusers' WanAttnProcessor with Wan's self-attention RoPE applied
+    inside vcattn's quantizers: q and k reach the kernel unrotated, with
+    Wan's cos/sin tables, instead of as rotated copies made in PyTorch (two
+    full passes over q and k). Every other call (cross-attention, the I2V
+    image branch, no rotary embedding) runs the stock processor."""
+
+    def __init__(self, stock, projections):
+        super().__init__(stock)
+        self.projections = projections  # diffusers' q, k, v projection helper
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
         freqs = rotary_emb
@@ -434,6 +460,61 @@ class WanRopeProcessor:
         hidden_states = hidden_states.flatten(2, 3).type_as(query)
         hidden_states = attn.to_out[0](hidden_states)
         return attn.to_out[1](hidden_states)
+
+
+class HunyuanVideoRopeProcessor(_FusedRopeProcessor):
+    """diffusers' HunyuanVideoAttnProcessor2_0 with the video tokens' RoPE
+    applied inside vcattn's quantizers. The joint sequence is the video
+    tokens then the text tokens (appended by the block, or by the processor
+    for the dual-stream blocks); the text tokens are not rotated, so their
+    rows of the tables are the identity (cos 1, sin 0), which rotates
+    nothing. Calls without rotary embeddings, or with tables of another
+    form, run the stock processor."""
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
+        joint = attn.add_q_proj is not None and encoder_hidden_states is not None
+        tables = None
+        if image_rotary_emb is not None:  # for the video tokens, all of hidden_states
+            tables = _pair_tables(image_rotary_emb[0], image_rotary_emb[1], hidden_states.shape[1],
+                                  attn.to_q.out_features // attn.heads)
+        if tables is None:
+            return self.stock(attn, hidden_states, encoder_hidden_states, attention_mask, image_rotary_emb)
+        text = encoder_hidden_states.shape[1] if encoder_hidden_states is not None else 0
+        if not joint and encoder_hidden_states is not None:
+            hidden_states = torch.cat([hidden_states, encoder_hidden_states], dim=1)
+        query = attn.to_q(hidden_states).unflatten(2, (attn.heads, -1))
+        key = attn.to_k(hidden_states).unflatten(2, (attn.heads, -1))
+        value = attn.to_v(hidden_states).unflatten(2, (attn.heads, -1))
+        if attn.norm_q is not None:
+            query = attn.norm_q(query)
+        if attn.norm_k is not None:
+            key = attn.norm_k(key)
+        if joint:
+            encoder_query = attn.add_q_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
+            encoder_key = attn.add_k_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
+            encoder_value = attn.add_v_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
+            if attn.norm_added_q is not None:
+                encoder_query = attn.norm_added_q(encoder_query)
+            if attn.norm_added_k is not None:
+                encoder_key = attn.norm_added_k(encoder_key)
+            query = torch.cat([query, encoder_query], dim=1)
+            key = torch.cat([key, encoder_key], dim=1)
+            value = torch.cat([value, encoder_value], dim=1)
+        cos, sin = tables
+        if text:  # the text rows: the identity rotation
+            cos = torch.cat([cos, cos.new_ones(text, cos.shape[1])])
+            sin = torch.cat([sin, sin.new_zeros(text, sin.shape[1])])
+        hidden_states = _route(True, query, key, value, attention_mask, 0.0, False, None, False, False,
+                               self._parallel_config, rope=(cos, sin))
+        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        if encoder_hidden_states is None:
+            return hidden_states
+        hidden_states, encoder_hidden_states = hidden_states[:, :-text], hidden_states[:, -text:]
+        if getattr(attn, "to_out", None) is not None:
+            hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
+        if getattr(attn, "to_add_out", None) is not None:
+            encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
+        return hidden_states, encoder_hidden_states
 
 
 # ------------------------------------------------------------ steps and layer states
@@ -513,7 +594,7 @@ class _Installation:
     def __init__(self, transformer, label, steps, method, fuse_rope):
         self.transformer, self.label, self.steps, self.method = transformer, label, steps, method
         self.saved, self.swapped, self.wrapper = [], [], None
-        wan_processor, projections = _wan_processor_class() if fuse_rope else (None, None)
+        fused = _rope_processors() if fuse_rope else {}
         self.cfg = _core.config(method)
         member = _schedule_member()
         routed, skipped = 0, collections.Counter()
@@ -526,8 +607,8 @@ class _Installation:
                 continue
             self.saved.append((processor, processor._attention_backend))
             processor._attention_backend = member  # what diffusers' set_attention_backend() sets
-            if wan_processor is not None and type(processor) is wan_processor:
-                module.processor = WanRopeProcessor(processor, projections)
+            if type(processor) in fused:
+                module.processor = fused[type(processor)](processor)
                 self.swapped.append((module, processor))
             routed += 1
         if not routed:
@@ -646,9 +727,10 @@ def set_backend(pipe_or_transformer, method="vc", num_inference_steps=None, fuse
     """Routes every attention of the transformer(s) that goes through diffusers'
     dispatcher to vcattn, with a per-module LayerState and the step schedule.
     A pipeline tells the step count (its scheduler); a bare transformer needs
-    num_inference_steps for the grouping schedule. fuse_rope: Wan's
-    self-attention hands q and k to vcattn before RoPE, with its tables, and
-    the quantizers rotate them (WanRopeProcessor). Returns a Handle."""
+    num_inference_steps for the grouping schedule. fuse_rope: Wan's and
+    HunyuanVideo's self-attention hands q and k to vcattn before RoPE, with
+    its tables, and the quantizers rotate them (WanRopeProcessor,
+    HunyuanVideoRopeProcessor). Returns a Handle."""
     _core.config(method)  # unknown methods fail here, not mid-generation
     targets = _transformers(pipe_or_transformer)
     pipeline = None if isinstance(pipe_or_transformer, torch.nn.Module) else pipe_or_transformer
