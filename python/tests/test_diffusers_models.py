@@ -57,6 +57,32 @@ def run(name, model, inputs, min_calls, fallback=None):
           % (name, routed, len(handle.layers()), rel))
 
 
+def check_fused_rope(name, model, inputs, processor_class, modules):
+    """set_backend's default puts the self-attention's RoPE inside the
+    quantizers (processor_class on `modules` attention modules): the result
+    of rotating q and k in PyTorch first (fuse_rope=False), bit for bit on
+    the CPU, within BF16 rounding on the GPU."""
+    inputs = {key: x.to(device) for key, x in inputs.items()}
+    with torch.no_grad():
+        vd.set_backend(model, num_inference_steps=4)
+        swapped = [x for x in model.modules() if isinstance(getattr(x, "processor", None), processor_class)]
+        r0 = vd.stats["vcattn:rope"]
+        fused = model(**inputs, return_dict=False)[0]
+        rope_calls = vd.stats["vcattn:rope"] - r0
+        vd.disable(model)
+        vd.set_backend(model, num_inference_steps=4, fuse_rope=False)
+        unfused = model(**inputs, return_dict=False)[0]
+        vd.disable(model)
+    check(len(swapped) == modules, "%s: fused-RoPE processors on %d modules, want %d" % (name, len(swapped), modules))
+    check(rope_calls == modules, "%s: %d calls with RoPE tables, want %d" % (name, rope_calls, modules))
+    diff = ((fused - unfused).norm() / unfused.norm()).item()
+    if device == "cpu":
+        check(torch.equal(fused, unfused), "%s: fused RoPE differs from RoPE in PyTorch: %.2e" % (name, diff))
+    else:
+        check(diff < 1e-2, "%s: fused RoPE vs RoPE in PyTorch: relative difference %.2e" % (name, diff))
+    print("%s: RoPE fused in %d calls, relative difference to RoPE in PyTorch %.1e" % (name, rope_calls, diff))
+
+
 torch.manual_seed(0)
 text_mask = torch.tensor([[1, 1, 1, 1, 0, 0]])  # two padding tokens: a key-padding mask in joint attention
 
@@ -69,28 +95,9 @@ if hasattr(diffusers, "HunyuanVideoTransformer3DModel"):
                   encoder_hidden_states=torch.randn(1, 6, 16), encoder_attention_mask=text_mask,
                   pooled_projections=torch.randn(1, 8), guidance=torch.tensor([3000.0]))
     run("HunyuanVideo", m, inputs, 2)
-    # the video tokens' RoPE inside the quantizers (set_backend's default), in the
-    # dual- and the single-stream block: the result of rotating q and k in PyTorch
-    # first (bit for bit on the CPU), with the text tokens' padding mask applied
-    inputs = {key: x.to(device) for key, x in inputs.items()}
-    with torch.no_grad():
-        vd.set_backend(m, num_inference_steps=4)
-        swapped = [x for x in m.modules() if isinstance(getattr(x, "processor", None), vd.HunyuanVideoRopeProcessor)]
-        r0 = vd.stats["vcattn:rope"]
-        fused = m(**inputs, return_dict=False)[0]
-        rope_calls = vd.stats["vcattn:rope"] - r0
-        vd.disable(m)
-        vd.set_backend(m, num_inference_steps=4, fuse_rope=False)
-        unfused = m(**inputs, return_dict=False)[0]
-        vd.disable(m)
-    check(len(swapped) == 2, "HunyuanVideo: fused-RoPE processors on %d modules, want 2" % len(swapped))
-    check(rope_calls == 2, "HunyuanVideo: %d calls with RoPE tables, want 2" % rope_calls)
-    diff = ((fused - unfused).norm() / unfused.norm()).item()
-    if device == "cpu":
-        check(torch.equal(fused, unfused), "HunyuanVideo: fused RoPE differs from RoPE in PyTorch: %.2e" % diff)
-    else:
-        check(diff < 1e-2, "HunyuanVideo: fused RoPE vs RoPE in PyTorch: relative difference %.2e" % diff)
-    print("HunyuanVideo: RoPE fused in %d calls, relative difference to RoPE in PyTorch %.1e" % (rope_calls, diff))
+    # the video tokens' RoPE, in the dual- and the single-stream block, the text
+    # tokens unrotated and padded
+    check_fused_rope("HunyuanVideo", m, inputs, vd.HunyuanVideoRopeProcessor, 2)
 
 # HunyuanVideo-1.5 masks its joint attention with padding[:, None] & padding[None, :]
 # ([B, 1, N, N], queries too): not a key-padding mask, so those calls stay on SDPA.
@@ -126,9 +133,11 @@ if hasattr(diffusers, "FluxTransformer2DModel"):
         num_attention_heads=2, joint_attention_dim=16, pooled_projection_dim=8, axes_dims_rope=(4, 6, 6))
     img_ids = torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(12.0), torch.arange(12.0), indexing="ij"),
                           -1).reshape(-1, 3)
-    run("Flux", m, dict(hidden_states=torch.randn(1, 144, 8), encoder_hidden_states=torch.randn(1, 6, 16),
-                        pooled_projections=torch.randn(1, 8), timestep=torch.tensor([0.9]), img_ids=img_ids,
-                        txt_ids=torch.zeros(6, 3)), 2)
+    inputs = dict(hidden_states=torch.randn(1, 144, 8), encoder_hidden_states=torch.randn(1, 6, 16),
+                  pooled_projections=torch.randn(1, 8), timestep=torch.tensor([0.9]), img_ids=img_ids,
+                  txt_ids=torch.zeros(6, 3))
+    run("Flux", m, inputs, 2)
+    check_fused_rope("Flux", m, inputs, vd.FluxRopeProcessor, 2)
 
 # Processors that call torch SDPA themselves: no backend reaches them; said so, not silently ignored.
 for cls, kwargs in (("CogVideoXTransformer3DModel", dict(num_attention_heads=2, attention_head_dim=16, in_channels=4,

@@ -398,6 +398,11 @@ def _rope_processors():
     except (ImportError, AttributeError):
         pass
     try:
+        from diffusers.models.transformers import transformer_flux as flux
+        found[flux.FluxAttnProcessor] = lambda stock, p=flux._get_qkv_projections: FluxRopeProcessor(stock, p)
+    except (ImportError, AttributeError):
+        pass
+    try:
         from diffusers.models.transformers import transformer_hunyuan_video as hunyuan
         found[hunyuan.HunyuanVideoAttnProcessor2_0] = HunyuanVideoRopeProcessor
     except (ImportError, AttributeError):
@@ -514,6 +519,48 @@ class HunyuanVideoRopeProcessor(_FusedRopeProcessor):
             hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
         if getattr(attn, "to_add_out", None) is not None:
             encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
+        return hidden_states, encoder_hidden_states
+
+
+class FluxRopeProcessor(_FusedRopeProcessor):
+    """diffusers' FluxAttnProcessor with the joint sequence's RoPE (text
+    tokens first, then the image tokens, all with their positions) applied
+    inside vcattn's quantizers. Calls without rotary embeddings, or with
+    tables of another form, run the stock processor."""
+
+    def __init__(self, stock, projections):
+        super().__init__(stock)
+        self.projections = projections  # diffusers' q, k, v projection helper
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
+        text = encoder_hidden_states.shape[1] if encoder_hidden_states is not None else 0
+        tables = None
+        if image_rotary_emb is not None:
+            joint = hidden_states.shape[1] + (text if attn.added_kv_proj_dim is not None else 0)
+            tables = _pair_tables(image_rotary_emb[0], image_rotary_emb[1], joint, attn.head_dim)
+        if tables is None:
+            return self.stock(attn, hidden_states, encoder_hidden_states, attention_mask, image_rotary_emb)
+        query, key, value, encoder_query, encoder_key, encoder_value = self.projections(
+            attn, hidden_states, encoder_hidden_states)
+        query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
+        key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
+        value = value.unflatten(-1, (-1, attn.head_dim))
+        if attn.added_kv_proj_dim is not None:
+            encoder_query = attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim)))
+            encoder_key = attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim)))
+            encoder_value = encoder_value.unflatten(-1, (-1, attn.head_dim))
+            query = torch.cat([encoder_query, query], dim=1)
+            key = torch.cat([encoder_key, key], dim=1)
+            value = torch.cat([encoder_value, value], dim=1)
+        hidden_states = _route(True, query, key, value, attention_mask, 0.0, False, None, False, False,
+                               self._parallel_config, rope=tables)
+        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        if encoder_hidden_states is None:
+            return hidden_states
+        encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
+            [text, hidden_states.shape[1] - text], dim=1)
+        hidden_states = attn.to_out[1](attn.to_out[0](hidden_states.contiguous()))
+        encoder_hidden_states = attn.to_add_out(encoder_hidden_states.contiguous())
         return hidden_states, encoder_hidden_states
 
 
@@ -727,10 +774,11 @@ def set_backend(pipe_or_transformer, method="vc", num_inference_steps=None, fuse
     """Routes every attention of the transformer(s) that goes through diffusers'
     dispatcher to vcattn, with a per-module LayerState and the step schedule.
     A pipeline tells the step count (its scheduler); a bare transformer needs
-    num_inference_steps for the grouping schedule. fuse_rope: Wan's and
-    HunyuanVideo's self-attention hands q and k to vcattn before RoPE, with
-    its tables, and the quantizers rotate them (WanRopeProcessor,
-    HunyuanVideoRopeProcessor). Returns a Handle."""
+    num_inference_steps for the grouping schedule. fuse_rope: the
+    self-attention of Wan, HunyuanVideo and Flux hands q and k to vcattn
+    before RoPE, with its tables, and the quantizers rotate them
+    (WanRopeProcessor, HunyuanVideoRopeProcessor, FluxRopeProcessor).
+    Returns a Handle."""
     _core.config(method)  # unknown methods fail here, not mid-generation
     targets = _transformers(pipe_or_transformer)
     pipeline = None if isinstance(pipe_or_transformer, torch.nn.Module) else pipe_or_transformer
