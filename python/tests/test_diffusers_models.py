@@ -57,9 +57,10 @@ def run(name, model, inputs, min_calls, fallback=None):
           % (name, routed, len(handle.layers()), rel))
 
 
-def check_fused_rope(name, model, inputs, processor_class, modules):
+def check_fused_rope(name, model, inputs, processor_class, modules, calls=None):
     """set_backend's default puts the self-attention's RoPE inside the
-    quantizers (processor_class on `modules` attention modules): the result
+    quantizers (processor_class on `modules` attention modules, `calls` of
+    them with RoPE tables, all by default): the result
     of rotating q and k in PyTorch first (fuse_rope=False), bit for bit on
     the CPU, within BF16 rounding on the GPU."""
     inputs = {key: x.to(device) for key, x in inputs.items()}
@@ -74,7 +75,8 @@ def check_fused_rope(name, model, inputs, processor_class, modules):
         unfused = model(**inputs, return_dict=False)[0]
         vd.disable(model)
     check(len(swapped) == modules, "%s: fused-RoPE processors on %d modules, want %d" % (name, len(swapped), modules))
-    check(rope_calls == modules, "%s: %d calls with RoPE tables, want %d" % (name, rope_calls, modules))
+    calls = modules if calls is None else calls
+    check(rope_calls == calls, "%s: %d calls with RoPE tables, want %d" % (name, rope_calls, calls))
     diff = ((fused - unfused).norm() / unfused.norm()).item()
     if device == "cpu":
         check(torch.equal(fused, unfused), "%s: fused RoPE differs from RoPE in PyTorch: %.2e" % (name, diff))
@@ -124,8 +126,12 @@ if hasattr(diffusers, "SkyReelsV2Transformer3DModel"):
     m = diffusers.SkyReelsV2Transformer3DModel(
         patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=32, in_channels=4, out_channels=4,
         text_dim=16, freq_dim=32, ffn_dim=64, num_layers=2, rope_max_seq_len=32)
-    run("SkyReels-V2", m, dict(hidden_states=torch.randn(1, 4, 2, 16, 16), timestep=torch.tensor([900]),
-                               encoder_hidden_states=torch.randn(1, 6, 16)), 2)
+    inputs = dict(hidden_states=torch.randn(1, 4, 2, 16, 16), timestep=torch.tensor([900]),
+                  encoder_hidden_states=torch.randn(1, 6, 16))
+    run("SkyReels-V2", m, inputs, 2)
+    # Wan's processor under another name: self- and cross-attention swapped, the
+    # self-attention's RoPE fused
+    check_fused_rope("SkyReels-V2", m, inputs, vd.WanRopeProcessor, 4, calls=2)
 
 if hasattr(diffusers, "FluxTransformer2DModel"):
     m = diffusers.FluxTransformer2DModel(

@@ -397,6 +397,11 @@ def _rope_processors():
         found[wan.WanAttnProcessor] = lambda stock, p=wan._get_qkv_projections: WanRopeProcessor(stock, p)
     except (ImportError, AttributeError):
         pass
+    try:  # SkyReels-V2: Wan's processor under another name
+        from diffusers.models.transformers import transformer_skyreels_v2 as sky
+        found[sky.SkyReelsV2AttnProcessor] = lambda stock, p=sky._get_qkv_projections: WanRopeProcessor(stock, p)
+    except (ImportError, AttributeError):
+        pass
     try:
         from diffusers.models.transformers import transformer_flux as flux
         found[flux.FluxAttnProcessor] = lambda stock, p=flux._get_qkv_projections: FluxRopeProcessor(stock, p)
