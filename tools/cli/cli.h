@@ -83,6 +83,24 @@ typedef struct {
     char source[256];   /* where the inputs came from, for the report */
 } inputs;
 
+/* json.c: members are written in order; key is NULL for an array's elements.
+ * json_value_follows: the caller prints the member's value itself. */
+#define JSON_MAX_DEPTH 8
+typedef struct {
+    int depth;
+    int count[JSON_MAX_DEPTH];  /* members written so far at each open level */
+} json_writer;
+void json_quoted(const char *s);
+void json_object(json_writer *w, const char *key);
+void json_array(json_writer *w, const char *key);
+void json_end(json_writer *w, char bracket);
+void json_string(json_writer *w, const char *key, const char *s);
+void json_number(json_writer *w, const char *key, double x);
+void json_float(json_writer *w, const char *key, float x);
+void json_int(json_writer *w, const char *key, long long x);
+void json_bool(json_writer *w, const char *key, int b);
+void json_value_follows(json_writer *w, const char *key);
+
 /* options.c */
 extern const char USAGE[];
 extern const char USAGE_EXPCAST[];
@@ -104,13 +122,11 @@ vcattn_status load_inputs(const options *o, inputs *in, char *err);
 vcattn_status validate_inputs(const inputs *in, char *err);
 
 /* report.c */
-void json_num(double x);
-void json_str(const char *s);
-void json_metrics(const vcattn_metrics *m);
-void json_config(const vcattn_config *c, int64_t tokens_k);
+void json_metrics(json_writer *w, const char *key, const vcattn_metrics *m);
+void json_config(json_writer *w, const char *key, const vcattn_config *c, int64_t tokens_k);
 void print_config(const vcattn_config *c, int64_t tokens_k);
 void print_shape(const inputs *in);
-void json_shape(const inputs *in);
+void json_shape(json_writer *w, const char *key, const inputs *in);
 
 /* run.c */
 int open_context(vcattn_backend backend, vcattn_context **ctx);

@@ -82,18 +82,30 @@ static int cmd_study_all(const options *o) {
     static const char *const presets[] = {"small", "wan2.2-small", "longcat-small", "hunyuan-small",
                                           "minimax-small"};
     const size_t count = sizeof presets / sizeof presets[0];
-    if (o->json) printf("{\"presets\": [\n");
+    json_writer w = {0};
+    if (o->json) {
+        json_object(&w, NULL);
+        json_array(&w, "presets");
+    }
     for (size_t i = 0; i < count; i++) {
         options each = *o;
         each.workload = presets[i];
         each.study = "studies";
-        if (o->json) printf("{\"workload\": \"%s\", \"studies\": ", presets[i]);
-        else printf("%s== %s ==\n", i ? "\n" : "", presets[i]);
+        if (o->json) {
+            json_object(&w, NULL);
+            json_string(&w, "workload", presets[i]);
+            json_value_follows(&w, "studies");  /* the studies' own JSON */
+        } else {
+            printf("%s== %s ==\n", i ? "\n" : "", presets[i]);
+        }
         int rc = cmd_study(&each);
         if (rc) return rc;
-        if (o->json) printf("}%s\n", i + 1 < count ? "," : "");
+        if (o->json) json_end(&w, '}');
     }
-    if (o->json) printf("]}\n");
+    if (o->json) {
+        json_end(&w, ']');
+        json_end(&w, '}');
+    }
     return 0;
 }
 
@@ -302,39 +314,43 @@ static void eval_finish(eval_report *rep) {
 }
 
 static void eval_print_json(const options *o, const inputs *in, const eval_report *rep) {
-    printf("{\"workload\": ");
-    json_str(in->source);
-    printf(", \"grouping\": \"%s\"", name_of(GROUPING_NAMES, o->stateless));
-    printf(", \"backend\": \"%s\", \"dtype\": \"%s\", \"draws\": %d, \"shape\": ", rep->backend,
-           vcattn_dtype_name(in->q.dtype), rep->draws);
-    json_shape(in);
-    printf(", \"methods\": [");
+    json_writer w = {0};
+    json_object(&w, NULL);
+    json_string(&w, "workload", in->source);
+    json_string(&w, "grouping", name_of(GROUPING_NAMES, o->stateless));
+    json_string(&w, "backend", rep->backend);
+    json_string(&w, "dtype", vcattn_dtype_name(in->q.dtype));
+    json_int(&w, "draws", rep->draws);
+    json_shape(&w, "shape", in);
+    json_array(&w, "methods");
     for (size_t i = 0; i < rep->n; i++) {
         const eval_row *r = &rep->rows[i];
         double s = r->prob + r->value;
-        printf("%s{\"method\": \"%s\", \"metrics\": ", i ? ", " : "", rep->methods[i]);
-        json_metrics(&r->m);
-        printf(", \"v_quant_rel_l2\": "); json_num(r->v_err);
-        printf(", \"prob_term\": "); json_num(r->prob);
-        printf(", \"value_term\": "); json_num(r->value);
-        printf(", \"value_share\": "); json_num(s > 0.0 ? r->value / s : 0.0);
-        printf(", \"time_ms\": "); json_num(r->ms);
-        printf(", \"backend\": \"%s\", \"rel_l2_per_draw\": [", vcattn_backend_name(r->backend));
-        for (int d = 0; d < rep->draws; d++) {
-            printf("%s", d ? ", " : "");
-            json_num(rep->sums[i].rel_l2[d]);
-        }
-        printf("]}");
+        json_object(&w, NULL);
+        json_string(&w, "method", rep->methods[i]);
+        json_metrics(&w, "metrics", &r->m);
+        json_number(&w, "v_quant_rel_l2", r->v_err);
+        json_number(&w, "prob_term", r->prob);
+        json_number(&w, "value_term", r->value);
+        json_number(&w, "value_share", s > 0.0 ? r->value / s : 0.0);
+        json_number(&w, "time_ms", r->ms);
+        json_string(&w, "backend", vcattn_backend_name(r->backend));
+        json_array(&w, "rel_l2_per_draw");
+        for (int d = 0; d < rep->draws; d++) json_number(&w, NULL, rep->sums[i].rel_l2[d]);
+        json_end(&w, ']');
+        json_end(&w, '}');
     }
-    printf("], \"energy_share\": {\"block\": %d, \"stateless\": ", ENERGY_BLOCK);
-    json_num(rep->energy[0]);
-    printf(", \"grouped\": ");
-    json_num(rep->energy[1]);
-    printf("}, \"value_term_dominates\": {");
-    for (int f = 0, k = 0; f < 3; f++)
-        if (rep->found[f])
-            printf("%s\"%s\": %s", k++ ? ", " : "", EVAL_FOCUS[f], rep->dominates[f] ? "true" : "false");
-    printf("}}\n");
+    json_end(&w, ']');
+    json_object(&w, "energy_share");
+    json_int(&w, "block", ENERGY_BLOCK);
+    json_number(&w, "stateless", rep->energy[0]);
+    json_number(&w, "grouped", rep->energy[1]);
+    json_end(&w, '}');
+    json_object(&w, "value_term_dominates");
+    for (int f = 0; f < 3; f++)
+        if (rep->found[f]) json_bool(&w, EVAL_FOCUS[f], rep->dominates[f]);
+    json_end(&w, '}');
+    json_end(&w, '}');
 }
 
 /* "... the value term dominates for X but not for Y." */

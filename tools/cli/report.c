@@ -1,45 +1,37 @@
-/* vcattn command line: the shared pieces of the reports: JSON values, the config and the shape. */
+/* vcattn command line: the shared pieces of the reports: the metrics, the config and the shape, as JSON
+ * (through json.c's writer) and as text. */
 #include "cli.h"
 
-/* JSON has no inf or nan: those become null. */
-void json_num(double x) {
-    if (isfinite(x)) printf("%.9g", x);
-    else fputs("null", stdout);
-}
-
-void json_str(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
-    }
-    putchar('"');
-}
-
-void json_metrics(const vcattn_metrics *m) {
-    printf("{\"cosine\": "); json_num(m->cosine);
-    printf(", \"rel_l1\": "); json_num(m->rel_l1);
-    printf(", \"rel_l2\": "); json_num(m->rel_l2);
-    printf(", \"snr_db\": "); json_num(m->snr_db);
-    printf(", \"max_abs\": "); json_num(m->max_abs);
-    printf(", \"worst_row_rel_l2\": "); json_num(m->worst_row_rel_l2);
-    printf(", \"nonfinite\": %lld}", (long long)m->nonfinite);
+void json_metrics(json_writer *w, const char *key, const vcattn_metrics *m) {
+    json_object(w, key);
+    json_number(w, "cosine", m->cosine);
+    json_number(w, "rel_l1", m->rel_l1);
+    json_number(w, "rel_l2", m->rel_l2);
+    json_number(w, "snr_db", m->snr_db);
+    json_number(w, "max_abs", m->max_abs);
+    json_number(w, "worst_row_rel_l2", m->worst_row_rel_l2);
+    json_int(w, "nonfinite", (long long)m->nonfinite);
+    json_end(w, '}');
 }
 
 /* "p" is the format the call applied at tokens_k keys (ExpCast falls back
  * to the cast below expcast_min_keys). */
-void json_config(const vcattn_config *c, int64_t tokens_k) {
-    /* %.7g: the float32 fields as typed, not their binary expansion; the
-     * library keeps them finite. */
-    printf("{\"qk\": \"%s\", \"k_smoothing\": %s, \"q_smoothing\": %s, \"hadamard\": %s, \"sm_scale\": %.7g, "
-           "\"p\": \"%s\", \"expcast_beta\": %.7g, \"expcast_min_keys\": %d, \"v\": \"%s\", \"vsmooth\": %s, "
-           "\"kmeans_clusters\": %d, \"kmeans_iters\": %d, \"sink_guard\": %.7g}",
-           name_of(QK_NAMES, c->qk_format), c->k_smoothing ? "true" : "false", c->q_smoothing ? "true" : "false",
-           c->hadamard ? "true" : "false", c->sm_scale, name_of(P_NAMES, vcattn_applied_p_format(c, tokens_k)),
-           c->expcast_beta, c->expcast_min_keys, name_of(V_NAMES, c->v_format), c->vsmooth ? "true" : "false",
-           c->kmeans_clusters, c->kmeans_iters, c->sink_guard);
+void json_config(json_writer *w, const char *key, const vcattn_config *c, int64_t tokens_k) {
+    json_object(w, key);
+    json_string(w, "qk", name_of(QK_NAMES, c->qk_format));
+    json_bool(w, "k_smoothing", c->k_smoothing);
+    json_bool(w, "q_smoothing", c->q_smoothing);
+    json_bool(w, "hadamard", c->hadamard);
+    json_float(w, "sm_scale", c->sm_scale);
+    json_string(w, "p", name_of(P_NAMES, vcattn_applied_p_format(c, tokens_k)));
+    json_float(w, "expcast_beta", c->expcast_beta);
+    json_int(w, "expcast_min_keys", c->expcast_min_keys);
+    json_string(w, "v", name_of(V_NAMES, c->v_format));
+    json_bool(w, "vsmooth", c->vsmooth);
+    json_int(w, "kmeans_clusters", c->kmeans_clusters);
+    json_int(w, "kmeans_iters", c->kmeans_iters);
+    json_float(w, "sink_guard", c->sink_guard);
+    json_end(w, '}');
 }
 
 void print_config(const vcattn_config *c, int64_t tokens_k) {
@@ -62,9 +54,13 @@ void print_shape(const inputs *in) {
            (long long)in->k.tokens, (long long)in->q.head_dim);
 }
 
-void json_shape(const inputs *in) {
-    printf("{\"batch\": %lld, \"heads_q\": %lld, \"heads_kv\": %lld, \"tokens_q\": %lld, "
-           "\"tokens_kv\": %lld, \"head_dim\": %lld}",
-           (long long)in->q.batch, (long long)in->q.heads, (long long)in->k.heads,
-           (long long)in->q.tokens, (long long)in->k.tokens, (long long)in->q.head_dim);
+void json_shape(json_writer *w, const char *key, const inputs *in) {
+    json_object(w, key);
+    json_int(w, "batch", (long long)in->q.batch);
+    json_int(w, "heads_q", (long long)in->q.heads);
+    json_int(w, "heads_kv", (long long)in->k.heads);
+    json_int(w, "tokens_q", (long long)in->q.tokens);
+    json_int(w, "tokens_kv", (long long)in->k.tokens);
+    json_int(w, "head_dim", (long long)in->q.head_dim);
+    json_end(w, '}');
 }

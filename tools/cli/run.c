@@ -89,28 +89,25 @@ int cmd_run(const options *o) {
     }
 
     if (o->json) {
-        printf("{\"backend\": \"%s\", \"method\": ", backend);
-        json_str(o->method);
-        printf(", \"grouping\": \"%s\"", name_of(GROUPING_NAMES, o->stateless));
-        printf(", \"config\": ");
-        json_config(&cfg, in.k.tokens);
-        printf(", \"source\": ");
-        json_str(in.source);
-        printf(", \"dtype\": {\"q\": \"%s\", \"k\": \"%s\", \"v\": \"%s\"}, \"shape\": ",
-               vcattn_dtype_name(in.q.dtype), vcattn_dtype_name(in.k.dtype),
-               vcattn_dtype_name(in.v.dtype));
-        json_shape(&in);
-        printf(", \"rope\": %s, \"time_ms\": ", in.has_rope ? "true" : "false");
-        json_num(ms);
-        printf(", \"metrics\": ");
-        json_metrics(&m);
-        printf(", \"lse_max_abs\": ");
-        json_num(lse_err);
-        if (o->out_path) {
-            printf(", \"out\": ");
-            json_str(o->out_path);
-        }
-        printf("}\n");
+        json_writer w = {0};
+        json_object(&w, NULL);
+        json_string(&w, "backend", backend);
+        json_string(&w, "method", o->method);
+        json_string(&w, "grouping", name_of(GROUPING_NAMES, o->stateless));
+        json_config(&w, "config", &cfg, in.k.tokens);
+        json_string(&w, "source", in.source);
+        json_object(&w, "dtype");
+        json_string(&w, "q", vcattn_dtype_name(in.q.dtype));
+        json_string(&w, "k", vcattn_dtype_name(in.k.dtype));
+        json_string(&w, "v", vcattn_dtype_name(in.v.dtype));
+        json_end(&w, '}');
+        json_shape(&w, "shape", &in);
+        json_bool(&w, "rope", in.has_rope);
+        json_number(&w, "time_ms", ms);
+        json_metrics(&w, "metrics", &m);
+        json_number(&w, "lse_max_abs", lse_err);
+        if (o->out_path) json_string(&w, "out", o->out_path);
+        json_end(&w, '}');
     } else {
         printf("backend           %s\n", backend);
         printf("method            %s: ", o->method);
