@@ -160,6 +160,9 @@ const int32_t *layer_device_perm(vcattn_layer *layer, size_t count, int device, 
     return (const int32_t *)p;
 }
 
+// The kernels' key tile is the tile and V-Smooth block the API resolves calls with.
+static_assert(VC_KV_ROWS == VCATTN_TILE, "a CUDA key tile must be a V-Smooth block");
+
 // The shape of one call and what it does for V-Smooth.
 struct call_shape {
     int64_t B, Hq, Hkv, Nq, Nk, D;

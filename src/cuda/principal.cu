@@ -9,6 +9,7 @@
 // each other may swap.
 #include "kernels.h"
 #include "load.cuh"
+#include "operand_layout.h"
 #include "../formats/e4m3.h"
 #include "../vsmooth/vsmooth.h"
 
@@ -20,6 +21,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kSplitRows = 128;  // a split's rows: whole 128-row tiles
+static_assert(kSplitRows % VC_KV_ROWS == 0, "a split holds whole key tiles");
 constexpr int kTargetBlocks = 256;  // splits x heads: one wave at two blocks per SM
 
 // The split's rows: whole tiles, spread evenly over the splits.

@@ -34,7 +34,7 @@
 #define PROCEED (-1)        /* from a parser: go on (else it is the exit status) */
 #define UNHANDLED (-2)      /* from an option group: not one of its options */
 #define ERRLEN 512
-#define ENERGY_BLOCK 128    /* rows per V-Smooth block */
+#define ENERGY_BLOCK VCATTN_TILE  /* rows per V-Smooth block */
 
 typedef struct {
     const char *name;
