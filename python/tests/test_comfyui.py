@@ -103,6 +103,14 @@ with torch.no_grad():
     check(from_node.model_options["transformer_options"]["optimized_attention_override"] is comfyui.override,
           "node: its model does not carry the override")
     check(set(comfyui.NODE_DISPLAY_NAME_MAPPINGS) == set(comfyui.NODE_CLASS_MAPPINGS), "node: display names")
+    # another method: the override carries it; every method the node offers is one vcattn knows
+    (sage,) = node.apply(original, "sage2")
+    got = sage.model_options["transformer_options"]["optimized_attention_override"](comfy_default, q, k, v, H)
+    check(torch.equal(got, vcattn.attention(heads_first(q), heads_first(k), heads_first(v), method="sage2")
+                      .transpose(1, 2).reshape(B, N, H * D)), "node with sage2: not vcattn's sage2 result")
+    methods = node.INPUT_TYPES()["required"]["method"][0]
+    check(all(comfyui.patch(original, m) is not None for m in methods), "node: a method it offers is refused")
+    raises(ValueError, lambda: comfyui.patch(original, "nope"), "unknown method", "patch: unknown method")
 
     # ComfyUI's own attention module, when a checkout is named
     root = os.environ.get("VCATTN_COMFYUI")

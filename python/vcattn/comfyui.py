@@ -20,6 +20,7 @@ skip_output_reshape=False, **kwargs)`, and recent ComfyUI lets a model's
 Each call is the drop-in call (V-Smooth's blocks in the principal order, no
 layer state): ComfyUI hands the attention function neither the layer nor
 the step in a form every model shares."""
+import functools
 from typing import Any, Callable, Optional
 
 import torch
@@ -65,19 +66,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, mas
     return out.transpose(1, 2).reshape(b, n, h * d)
 
 
-def override(func: Callable[..., Any], *args: Any, **kwargs: Any) -> torch.Tensor:
+def override(func: Callable[..., Any], *args: Any, method: str = "vc", **kwargs: Any) -> torch.Tensor:
     """For transformer_options["optimized_attention_override"]: ComfyUI
     passes the function it would have called, then that call's arguments."""
     kwargs.pop("_inside_attn_wrapper", None)  # ComfyUI's re-entry marker, not an argument
-    return attention(*args, **kwargs)
+    return attention(*args, method=method, **kwargs)
 
 
-def patch(model: Any) -> Any:
+def patch(model: Any, method: str = "vc") -> Any:
     """A clone of the ComfyUI ModelPatcher model whose attention calls run
-    through vcattn (the original is left as it was)."""
+    through vcattn with `method` (the original is left as it was)."""
+    from . import _core
+    _core.config(method)  # an unknown method fails here, not at the first step
     patched = model.clone()
     options = patched.model_options.setdefault("transformer_options", {})
-    options["optimized_attention_override"] = override
+    options["optimized_attention_override"] = override if method == "vc" else functools.partial(override,
+                                                                                                 method=method)
     return patched
 
 
@@ -89,12 +93,14 @@ class PatchAttention:
     DESCRIPTION = ("Runs the model's attention through vcattn (INT8 QK, FP8 PV with V-Smooth); masked calls and "
                    "head dims vcattn lacks go to PyTorch SDPA.")
 
+    METHODS = ["vc", "vsmooth", "sage2", "sage2+hadamard"]  # the 8-bit methods the GPU kernel runs
+
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
-        return {"required": {"model": ("MODEL",)}}
+        return {"required": {"model": ("MODEL",), "method": (cls.METHODS, {"default": "vc"})}}
 
-    def apply(self, model: Any) -> tuple[Any]:
-        return (patch(model),)
+    def apply(self, model: Any, method: str = "vc") -> tuple[Any]:
+        return (patch(model, method),)
 
 
 NODE_CLASS_MAPPINGS = {"VcattnPatchAttention": PatchAttention}
