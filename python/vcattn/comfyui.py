@@ -70,7 +70,8 @@ def override(func: Callable[..., Any], *args: Any, method: str = "vc", **kwargs:
     """For transformer_options["optimized_attention_override"]: ComfyUI
     passes the function it would have called, then that call's arguments."""
     kwargs.pop("_inside_attn_wrapper", None)  # ComfyUI's re-entry marker, not an argument
-    return attention(*args, method=method, **kwargs)
+    kwargs["method"] = method
+    return attention(*args, **kwargs)
 
 
 def patch(model: Any, method: str = "vc") -> Any:
