@@ -123,8 +123,8 @@ class Vcattn:
             raise RuntimeError(self.lib.vcattn_last_error(self.ctx).decode())
 
 
-def kernel_ms(fn, reps, name="vc_attention"):
-    """Median CUPTI duration of the kernels whose name contains `name`."""
+def profiled(fn, reps):
+    """The CUPTI events of reps calls of fn, after one call outside the profile."""
     from torch.profiler import ProfilerActivity, profile
     fn()
     torch.cuda.synchronize()
@@ -132,8 +132,14 @@ def kernel_ms(fn, reps, name="vc_attention"):
         for _ in range(reps):
             fn()
         torch.cuda.synchronize()
-    times = [e.device_time / 1e3 for e in prof.events() if name in e.name and e.device_time > 0]
-    other = [e for e in prof.events() if e.device_time > 0 and name not in e.name]
+    return prof.events()
+
+
+def kernel_ms(fn, reps, name="vc_attention"):
+    """Median CUPTI duration of the kernels whose name contains `name`."""
+    events = profiled(fn, reps)
+    times = [e.device_time / 1e3 for e in events if name in e.name and e.device_time > 0]
+    other = [e for e in events if e.device_time > 0 and name not in e.name]
     pre = {}
     for e in other:
         found = re.findall(r"(\w+_kernel|Memcpy \w+|Memset)", e.name)
@@ -144,14 +150,7 @@ def kernel_ms(fn, reps, name="vc_attention"):
 def gpu_ms(fn, reps):
     """The GPU time of one call: every kernel, copy and set it runs (CUPTI), summed, averaged over reps."""
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    return sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA) / 1e3 / reps
+    return sum(e.device_time for e in profiled(fn, reps) if e.device_type == DeviceType.CUDA) / 1e3 / reps
 
 
 def bench_shape(vc, name, shape, reps, check_finite=0, method="vc"):

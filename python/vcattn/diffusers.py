@@ -492,21 +492,17 @@ class HunyuanVideoRopeProcessor(_FusedRopeProcessor):
         text = encoder_hidden_states.shape[1] if encoder_hidden_states is not None else 0
         if not joint and encoder_hidden_states is not None:
             hidden_states = torch.cat([hidden_states, encoder_hidden_states], dim=1)
-        query = attn.to_q(hidden_states).unflatten(2, (attn.heads, -1))
-        key = attn.to_k(hidden_states).unflatten(2, (attn.heads, -1))
-        value = attn.to_v(hidden_states).unflatten(2, (attn.heads, -1))
-        if attn.norm_q is not None:
-            query = attn.norm_q(query)
-        if attn.norm_k is not None:
-            key = attn.norm_k(key)
+        def heads(x, projection, norm=None):  # [B, S, H, D], normalised where the model does
+            x = projection(x).unflatten(2, (attn.heads, -1))
+            return norm(x) if norm is not None else x
+
+        query = heads(hidden_states, attn.to_q, attn.norm_q)
+        key = heads(hidden_states, attn.to_k, attn.norm_k)
+        value = heads(hidden_states, attn.to_v)
         if joint:
-            encoder_query = attn.add_q_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
-            encoder_key = attn.add_k_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
-            encoder_value = attn.add_v_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
-            if attn.norm_added_q is not None:
-                encoder_query = attn.norm_added_q(encoder_query)
-            if attn.norm_added_k is not None:
-                encoder_key = attn.norm_added_k(encoder_key)
+            encoder_query = heads(encoder_hidden_states, attn.add_q_proj, attn.norm_added_q)
+            encoder_key = heads(encoder_hidden_states, attn.add_k_proj, attn.norm_added_k)
+            encoder_value = heads(encoder_hidden_states, attn.add_v_proj)
             query = torch.cat([query, encoder_query], dim=1)
             key = torch.cat([key, encoder_key], dim=1)
             value = torch.cat([value, encoder_value], dim=1)
