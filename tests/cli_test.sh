@@ -90,16 +90,21 @@ fi
 # A write past the file-size limit (SIGXFSZ): a message and exit 1, the
 # temporary file removed, nothing left at the path (it once killed the CLI
 # and left the temporary file behind).
-mkdir "$tmp/limited"
-(ulimit -f 1 && OMP_NUM_THREADS=2 "$VCATTN" run --workload tiny --out "$tmp/limited/o.npy") >"$tmp/out" 2>&1
-rc=$?
-if [ $rc = 1 ] && grep -q "o.npy" "$tmp/out" && [ -z "$(ls -A "$tmp/limited")" ]; then
-    passed=$((passed + 1))
-    echo "ok   run --out past the file-size limit: exit 1, no file left"
+if [ -n "${VCATTN_TSAN:-}" ]; then
+    # ThreadSanitizer's runtime itself faults (SIGBUS) under a file-size limit
+    echo "skip run --out past the file-size limit: not under ThreadSanitizer (its runtime faults under ulimit -f)"
 else
-    failed=$((failed + 1))
-    echo "FAIL run --out past the file-size limit: exit $rc, left: $(ls -A "$tmp/limited" | tr '\n' ' ')"
-    tail -3 "$tmp/out"
+    mkdir "$tmp/limited"
+    (ulimit -f 1 && OMP_NUM_THREADS=2 "$VCATTN" run --workload tiny --out "$tmp/limited/o.npy") >"$tmp/out" 2>&1
+    rc=$?
+    if [ $rc = 1 ] && grep -q "o.npy" "$tmp/out" && [ -z "$(ls -A "$tmp/limited")" ]; then
+        passed=$((passed + 1))
+        echo "ok   run --out past the file-size limit: exit 1, no file left"
+    else
+        failed=$((failed + 1))
+        echo "FAIL run --out past the file-size limit: exit $rc, left: $(ls -A "$tmp/limited" | tr '\n' ' ')"
+        tail -3 "$tmp/out"
+    fi
 fi
 check "output reads back as input" 0 "cosine" -- \
     run --q "$tmp/o.npy" --k "$tmp/o.npy" --v "$tmp/o.npy" --method sage2

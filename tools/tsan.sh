@@ -22,5 +22,5 @@ CC=clang cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVCATTN
 cmake --build "$build" -j "$jobs" >/dev/null || exit 1
 # install links an unsanitized program against the library; the Python and
 # fuzz suites need their own runtimes: those run in `make test`.
-OMP_TOOL_LIBRARIES="$archer" TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1" \
+VCATTN_TSAN=1 OMP_TOOL_LIBRARIES="$archer" TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1" \
     ctest --test-dir "$build" --output-on-failure -j "$jobs" -E "fuzz_smoke|py_|wheel|install"
