@@ -102,17 +102,28 @@ if hasattr(diffusers, "HunyuanVideoTransformer3DModel"):
     check_fused_rope("HunyuanVideo", m, inputs, vd.HunyuanVideoRopeProcessor, 2)
 
 # HunyuanVideo-1.5 masks its joint attention with padding[:, None] & padding[None, :]
-# ([B, 1, N, N], queries too): not a key-padding mask, so those calls stay on SDPA.
+# ([B, 1, N, N], queries too). Its processor under set_backend runs that as the
+# key-padding mask with the padded rows zeroed (as SDPA leaves them); the stock
+# processor's [B, 1, N, N] mask, which the "vcattn" backend alone sees, stays on SDPA.
 if hasattr(diffusers, "HunyuanVideo15Transformer3DModel"):
     m = diffusers.HunyuanVideo15Transformer3DModel(
         in_channels=9, out_channels=4, num_attention_heads=2, attention_head_dim=32, num_layers=2,
         num_refiner_layers=1, patch_size=1, text_embed_dim=16, text_embed_2_dim=8, image_embed_dim=8,
         rope_axes_dim=(8, 12, 12), task_type="t2v")
-    run("HunyuanVideo-1.5", m, dict(hidden_states=torch.randn(1, 9, 2, 8, 8), timestep=torch.tensor([900.0]),
-                                    encoder_hidden_states=torch.randn(1, 6, 16), encoder_attention_mask=text_mask,
-                                    encoder_hidden_states_2=torch.randn(1, 5, 8),
-                                    encoder_attention_mask_2=torch.ones(1, 5),
-                                    image_embeds=torch.zeros(1, 4, 8)), 0, fallback="mask")
+    inputs = dict(hidden_states=torch.randn(1, 9, 2, 8, 8), timestep=torch.tensor([900.0]),
+                  encoder_hidden_states=torch.randn(1, 6, 16), encoder_attention_mask=text_mask,
+                  encoder_hidden_states_2=torch.randn(1, 5, 8), encoder_attention_mask_2=torch.ones(1, 5),
+                  image_embeds=torch.zeros(1, 4, 8))
+    run("HunyuanVideo-1.5", m, inputs, 2)
+    swapped = [x for x in m.modules() if isinstance(getattr(x, "processor", None), vd.HunyuanVideo15Processor)]
+    check(len(swapped) == 0, "HunyuanVideo-1.5: disable() left %d processors" % len(swapped))
+    with torch.no_grad():  # the drop-in backend alone: the stock processor's general mask goes to SDPA
+        m.set_attention_backend("vcattn")
+        s0 = vd.stats["sdpa:mask"]
+        m(**{key: x.to(device) for key, x in inputs.items()}, return_dict=False)
+        m.reset_attention_backend()
+    check(vd.stats["sdpa:mask"] - s0 == 2, "HunyuanVideo-1.5 on the drop-in backend: %d SDPA mask routes, want 2"
+          % (vd.stats["sdpa:mask"] - s0))
 
 if hasattr(diffusers, "LTXVideoTransformer3DModel"):
     m = diffusers.LTXVideoTransformer3DModel(

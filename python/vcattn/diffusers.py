@@ -408,6 +408,11 @@ def _rope_processors():
     except (ImportError, AttributeError):
         pass
     try:
+        from diffusers.models.transformers import transformer_hunyuan_video15 as hunyuan15
+        found[hunyuan15.HunyuanVideo15AttnProcessor2_0] = HunyuanVideo15Processor
+    except (ImportError, AttributeError):
+        pass
+    try:
         from diffusers.models.transformers import transformer_hunyuan_video as hunyuan
         found[hunyuan.HunyuanVideoAttnProcessor2_0] = HunyuanVideoRopeProcessor
     except (ImportError, AttributeError):
@@ -562,6 +567,55 @@ class FluxRopeProcessor(_FusedRopeProcessor):
             [text, hidden_states.shape[1] - text], dim=1)
         hidden_states = attn.to_out[1](attn.to_out[0](hidden_states.contiguous()))
         encoder_hidden_states = attn.to_add_out(encoder_hidden_states.contiguous())
+        return hidden_states, encoder_hidden_states
+
+
+class HunyuanVideo15Processor(_FusedRopeProcessor):
+    """diffusers' HunyuanVideo15AttnProcessor2_0 on vcattn. Its joint
+    sequence is the video tokens then the text tokens, and its mask the
+    outer product of one padding vector: a kept token attends to the kept
+    tokens, a padded token to none (SDPA gives its row zeros). vcattn runs
+    that as a key-padding mask and zeroes the padded rows after, instead of
+    the whole attention going to SDPA for a general mask; the video tokens'
+    RoPE is applied inside the quantizers (identity rows for the text).
+    Calls of another form run the stock processor."""
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
+        tables = None
+        if image_rotary_emb is not None and encoder_hidden_states is not None and \
+                (attention_mask is None or attention_mask.ndim == 2):
+            tables = _pair_tables(image_rotary_emb[0], image_rotary_emb[1], hidden_states.shape[1],
+                                  attn.to_q.out_features // attn.heads)
+        if tables is None:
+            return self.stock(attn, hidden_states, encoder_hidden_states, attention_mask, image_rotary_emb)
+
+        def heads(x, projection, norm=None):
+            x = projection(x).unflatten(2, (attn.heads, -1))
+            return norm(x) if norm is not None else x
+
+        text = encoder_hidden_states.shape[1]
+        query = torch.cat([heads(hidden_states, attn.to_q, attn.norm_q),
+                           heads(encoder_hidden_states, attn.add_q_proj, attn.norm_added_q)], dim=1)
+        key = torch.cat([heads(hidden_states, attn.to_k, attn.norm_k),
+                         heads(encoder_hidden_states, attn.add_k_proj, attn.norm_added_k)], dim=1)
+        value = torch.cat([heads(hidden_states, attn.to_v), heads(encoder_hidden_states, attn.add_v_proj)], dim=1)
+        cos, sin = tables
+        cos = torch.cat([cos, cos.new_ones(text, cos.shape[1])])
+        sin = torch.cat([sin, sin.new_zeros(text, sin.shape[1])])
+        keep = None
+        if attention_mask is not None:  # [B, text] or [B, tokens]: the video tokens are kept
+            keep = torch.nn.functional.pad(attention_mask, (query.shape[1] - attention_mask.shape[1], 0),
+                                           value=True).bool()
+        hidden_states = _route(True, query, key, value, keep, 0.0, False, None, False, False,
+                               self._parallel_config, rope=(cos, sin))
+        if keep is not None:
+            hidden_states = hidden_states.masked_fill(~keep[:, :, None, None], 0)
+        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        hidden_states, encoder_hidden_states = hidden_states[:, :-text], hidden_states[:, -text:]
+        if getattr(attn, "to_out", None) is not None:
+            hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
+        if getattr(attn, "to_add_out", None) is not None:
+            encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
         return hidden_states, encoder_hidden_states
 
 
@@ -776,9 +830,10 @@ def set_backend(pipe_or_transformer, method="vc", num_inference_steps=None, fuse
     dispatcher to vcattn, with a per-module LayerState and the step schedule.
     A pipeline tells the step count (its scheduler); a bare transformer needs
     num_inference_steps for the grouping schedule. fuse_rope: the
-    self-attention of Wan, HunyuanVideo and Flux hands q and k to vcattn
-    before RoPE, with its tables, and the quantizers rotate them
-    (WanRopeProcessor, HunyuanVideoRopeProcessor, FluxRopeProcessor).
+    self-attention of Wan, HunyuanVideo(-1.5) and Flux hands q and k to
+    vcattn before RoPE, with its tables, and the quantizers rotate them
+    (WanRopeProcessor, HunyuanVideoRopeProcessor, HunyuanVideo15Processor,
+    FluxRopeProcessor).
     Returns a Handle."""
     _core.config(method)  # unknown methods fail here, not mid-generation
     targets = _transformers(pipe_or_transformer)
