@@ -477,6 +477,17 @@ class WanRopeProcessor(_FusedRopeProcessor):
         return attn.to_out[1](hidden_states)
 
 
+def _hunyuan_outputs(attn, hidden_states, text):
+    """HunyuanVideo's output projections of the joint sequence [B, N, H*D]:
+    the video tokens through to_out, the last `text` tokens through to_add_out."""
+    hidden_states, encoder_hidden_states = hidden_states[:, :-text], hidden_states[:, -text:]
+    if getattr(attn, "to_out", None) is not None:
+        hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
+    if getattr(attn, "to_add_out", None) is not None:
+        encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
+    return hidden_states, encoder_hidden_states
+
+
 class HunyuanVideoRopeProcessor(_FusedRopeProcessor):
     """diffusers' HunyuanVideoAttnProcessor2_0 with the video tokens' RoPE
     applied inside vcattn's quantizers. The joint sequence is the video
@@ -520,12 +531,7 @@ class HunyuanVideoRopeProcessor(_FusedRopeProcessor):
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
         if encoder_hidden_states is None:
             return hidden_states
-        hidden_states, encoder_hidden_states = hidden_states[:, :-text], hidden_states[:, -text:]
-        if getattr(attn, "to_out", None) is not None:
-            hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
-        if getattr(attn, "to_add_out", None) is not None:
-            encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
-        return hidden_states, encoder_hidden_states
+        return _hunyuan_outputs(attn, hidden_states, text)
 
 
 class FluxRopeProcessor(_FusedRopeProcessor):
@@ -611,12 +617,7 @@ class HunyuanVideo15Processor(_FusedRopeProcessor):
         if keep is not None:
             hidden_states = hidden_states.masked_fill(~keep[:, :, None, None], 0)
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
-        hidden_states, encoder_hidden_states = hidden_states[:, :-text], hidden_states[:, -text:]
-        if getattr(attn, "to_out", None) is not None:
-            hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
-        if getattr(attn, "to_add_out", None) is not None:
-            encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
-        return hidden_states, encoder_hidden_states
+        return _hunyuan_outputs(attn, hidden_states, text)
 
 
 # ------------------------------------------------------------ steps and layer states
