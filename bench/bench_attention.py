@@ -16,8 +16,7 @@ step (grouping reused: quantization + attention); grouping = a call that runs
 k-means from the previous centroids (warm, 5 iterations); drop-in = a call
 without a layer state (V-Smooth's blocks in the principal order, no k-means);
 public = vcattn.attention(q, k, v) as a user calls it (the drop-in call with
-the input checks on, through the Python front; at shapes the routing rule
-sends to SDPA, that route), with its GPU time (every kernel and copy of one
+the input checks on, through the Python front), with its GPU time (every kernel and copy of one
 call, summed) and the time per call of 20 back-to-back calls with one
 synchronisation at the end (equal to the GPU time when the host never
 leaves the GPU idle).
@@ -231,8 +230,7 @@ def bench_public(q, k, v, reps, method):
     import vcattn
     def call():
         return vcattn.attention(q, k, v, method=method)
-    row = {"public_route": vcattn.route_of(q, k, v, method=method) if hasattr(vcattn, "route_of") else "vcattn"}
-    row["public_ms"] = time_ms(call, reps)
+    row = {"public_ms": time_ms(call, reps)}
     row["public_gpu_ms"] = gpu_ms(call, reps)
     def burst():
         for _ in range(20):
@@ -277,8 +275,8 @@ def main():
             "sage2_ours_call_ms")] +
                        [cell(r[k]) for k, _ in peers]))
         print("%-14s drop-in call time / plain step time: %.3f" % ("", r["vc_dropin_ms"] / r["vc_call_ms"]))
-        print("%-14s public call (%s) %.3f ms: %.2fx cuDNN; GPU time %.3f ms; 20 back-to-back: %.3f ms a call "
-              "(%.3f x the GPU time)" % ("", r["public_route"], r["public_ms"], base / r["public_ms"] if base else 0,
+        print("%-14s public call %.3f ms: %.2fx cuDNN; GPU time %.3f ms; 20 back-to-back: %.3f ms a call "
+              "(%.3f x the GPU time)" % ("", r["public_ms"], base / r["public_ms"] if base else 0,
                                           r["public_gpu_ms"], r["public_burst20_ms"],
                                           r["public_burst20_ms"] / r["public_gpu_ms"]))
         if r.get("sage2_ms"):

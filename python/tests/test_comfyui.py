@@ -3,6 +3,7 @@ patch, on the CPU (or the GPU with VCATTN_TEST_DEVICE=cuda). ComfyUI itself
 is not a package: with VCATTN_COMFYUI naming a ComfyUI checkout, its own
 attention module is driven through the override too; without it that part
 says it is skipped. Exits 77 without torch."""
+import functools
 import os
 import sys
 
@@ -91,17 +92,19 @@ with torch.no_grad():
             return FakePatcher({key: dict(val) if isinstance(val, dict) else val
                                 for key, val in self.model_options.items()})
 
+    def carries_override(model, method):
+        fn = model.model_options["transformer_options"].get("optimized_attention_override")
+        return isinstance(fn, functools.partial) and fn.func is comfyui.override and fn.keywords == {"method": method}
+
     original = FakePatcher({"transformer_options": {"keep": 1}})
     patched = comfyui.patch(original)
-    check(patched.model_options["transformer_options"].get("optimized_attention_override") is comfyui.override,
-          "patch: no override in the clone")
+    check(carries_override(patched, "vc"), "patch: no override (method vc) in the clone")
     check(patched.model_options["transformer_options"].get("keep") == 1, "patch: lost the clone's other options")
     check("optimized_attention_override" not in original.model_options["transformer_options"],
           "patch: changed the original model")
     node = comfyui.NODE_CLASS_MAPPINGS["VcattnPatchAttention"]()
     (from_node,) = getattr(node, node.FUNCTION)(original)
-    check(from_node.model_options["transformer_options"]["optimized_attention_override"] is comfyui.override,
-          "node: its model does not carry the override")
+    check(carries_override(from_node, "vc"), "node: its model does not carry the override (method vc)")
     check(set(comfyui.NODE_DISPLAY_NAME_MAPPINGS) == set(comfyui.NODE_CLASS_MAPPINGS), "node: display names")
     # another method: the override carries it; every method the node offers is one vcattn knows
     (sage,) = node.apply(original, "sage2")

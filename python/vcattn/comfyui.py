@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from . import _core
 from ._sdpa import sdpa
 
 
@@ -77,12 +78,10 @@ def override(func: Callable[..., Any], *args: Any, method: str = "vc", **kwargs:
 def patch(model: Any, method: str = "vc") -> Any:
     """A clone of the ComfyUI ModelPatcher model whose attention calls run
     through vcattn with `method` (the original is left as it was)."""
-    from . import _core
     _core.config(method)  # an unknown method fails here, not at the first step
     patched = model.clone()
     options = patched.model_options.setdefault("transformer_options", {})
-    options["optimized_attention_override"] = override if method == "vc" else functools.partial(override,
-                                                                                                 method=method)
+    options["optimized_attention_override"] = functools.partial(override, method=method)
     return patched
 
 

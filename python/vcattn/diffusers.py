@@ -477,6 +477,19 @@ class WanRopeProcessor(_FusedRopeProcessor):
         return attn.to_out[1](hidden_states)
 
 
+def _heads(attn, x, projection, norm=None):
+    """A projection of x as [B, S, H, D], normalised where the model does."""
+    x = projection(x).unflatten(2, (attn.heads, -1))
+    return norm(x) if norm is not None else x
+
+
+def _text_rows(cos, sin, text):
+    """The tables with `text` identity rows (cos 1, sin 0) after them: the
+    text tokens at the end of a joint sequence stay unrotated."""
+    return (torch.cat([cos, cos.new_ones(text, cos.shape[1])]),
+            torch.cat([sin, sin.new_zeros(text, sin.shape[1])]))
+
+
 def _hunyuan_outputs(attn, hidden_states, text):
     """HunyuanVideo's output projections of the joint sequence [B, N, H*D]:
     the video tokens through to_out, the last `text` tokens through to_add_out."""
@@ -508,26 +521,15 @@ class HunyuanVideoRopeProcessor(_FusedRopeProcessor):
         text = encoder_hidden_states.shape[1] if encoder_hidden_states is not None else 0
         if not joint and encoder_hidden_states is not None:
             hidden_states = torch.cat([hidden_states, encoder_hidden_states], dim=1)
-        def heads(x, projection, norm=None):  # [B, S, H, D], normalised where the model does
-            x = projection(x).unflatten(2, (attn.heads, -1))
-            return norm(x) if norm is not None else x
-
-        query = heads(hidden_states, attn.to_q, attn.norm_q)
-        key = heads(hidden_states, attn.to_k, attn.norm_k)
-        value = heads(hidden_states, attn.to_v)
+        query = _heads(attn, hidden_states, attn.to_q, attn.norm_q)
+        key = _heads(attn, hidden_states, attn.to_k, attn.norm_k)
+        value = _heads(attn, hidden_states, attn.to_v)
         if joint:
-            encoder_query = heads(encoder_hidden_states, attn.add_q_proj, attn.norm_added_q)
-            encoder_key = heads(encoder_hidden_states, attn.add_k_proj, attn.norm_added_k)
-            encoder_value = heads(encoder_hidden_states, attn.add_v_proj)
-            query = torch.cat([query, encoder_query], dim=1)
-            key = torch.cat([key, encoder_key], dim=1)
-            value = torch.cat([value, encoder_value], dim=1)
-        cos, sin = tables
-        if text:  # the text rows: the identity rotation
-            cos = torch.cat([cos, cos.new_ones(text, cos.shape[1])])
-            sin = torch.cat([sin, sin.new_zeros(text, sin.shape[1])])
+            query = torch.cat([query, _heads(attn, encoder_hidden_states, attn.add_q_proj, attn.norm_added_q)], dim=1)
+            key = torch.cat([key, _heads(attn, encoder_hidden_states, attn.add_k_proj, attn.norm_added_k)], dim=1)
+            value = torch.cat([value, _heads(attn, encoder_hidden_states, attn.add_v_proj)], dim=1)
         hidden_states = _route(True, query, key, value, attention_mask, 0.0, False, None, False, False,
-                               self._parallel_config, rope=(cos, sin))
+                               self._parallel_config, rope=_text_rows(*tables, text))
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
         if encoder_hidden_states is None:
             return hidden_states
@@ -594,26 +596,19 @@ class HunyuanVideo15Processor(_FusedRopeProcessor):
                                   attn.to_q.out_features // attn.heads)
         if tables is None:
             return self.stock(attn, hidden_states, encoder_hidden_states, attention_mask, image_rotary_emb)
-
-        def heads(x, projection, norm=None):
-            x = projection(x).unflatten(2, (attn.heads, -1))
-            return norm(x) if norm is not None else x
-
         text = encoder_hidden_states.shape[1]
-        query = torch.cat([heads(hidden_states, attn.to_q, attn.norm_q),
-                           heads(encoder_hidden_states, attn.add_q_proj, attn.norm_added_q)], dim=1)
-        key = torch.cat([heads(hidden_states, attn.to_k, attn.norm_k),
-                         heads(encoder_hidden_states, attn.add_k_proj, attn.norm_added_k)], dim=1)
-        value = torch.cat([heads(hidden_states, attn.to_v), heads(encoder_hidden_states, attn.add_v_proj)], dim=1)
-        cos, sin = tables
-        cos = torch.cat([cos, cos.new_ones(text, cos.shape[1])])
-        sin = torch.cat([sin, sin.new_zeros(text, sin.shape[1])])
+        query = torch.cat([_heads(attn, hidden_states, attn.to_q, attn.norm_q),
+                           _heads(attn, encoder_hidden_states, attn.add_q_proj, attn.norm_added_q)], dim=1)
+        key = torch.cat([_heads(attn, hidden_states, attn.to_k, attn.norm_k),
+                         _heads(attn, encoder_hidden_states, attn.add_k_proj, attn.norm_added_k)], dim=1)
+        value = torch.cat([_heads(attn, hidden_states, attn.to_v),
+                           _heads(attn, encoder_hidden_states, attn.add_v_proj)], dim=1)
         keep = None
         if attention_mask is not None:  # [B, text] or [B, tokens]: the video tokens are kept
             keep = torch.nn.functional.pad(attention_mask, (query.shape[1] - attention_mask.shape[1], 0),
                                            value=True).bool()
         hidden_states = _route(True, query, key, value, keep, 0.0, False, None, False, False,
-                               self._parallel_config, rope=(cos, sin))
+                               self._parallel_config, rope=_text_rows(*tables, text))
         if keep is not None:
             hidden_states = hidden_states.masked_fill(~keep[:, :, None, None], 0)
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
