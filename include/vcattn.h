@@ -164,6 +164,7 @@ typedef enum {
 #define VCATTN_MAX_KMEANS_CLUSTERS 4096
 #define VCATTN_MAX_KMEANS_ITERS 1000    /* the defaults are 10 and 5 */
 #define VCATTN_MAX_THREADS 1024
+#define VCATTN_MAX_PROBE_ROWS 256      /* 64 measured in docs/fidelity.md */
 
 typedef struct {
     /* score path */
@@ -217,6 +218,14 @@ typedef struct {
      * is not made up by V-Smooth (docs/fidelity.md). Any int >= 0, default
      * 1024; 0 = ExpCast at every length (the paper) */
     int expcast_min_keys;
+    /* value path, V-Smooth's attention probe: each 128-row block subtracts
+     * its tokens' mean weighted by the attention they receive, estimated from
+     * this many query rows per key head, so that a token most rows read (an
+     * attention sink) keeps FP8's relative precision; blocks without such a
+     * token keep the plain mean bit for bit. FP8 values only. In
+     * [0, VCATTN_MAX_PROBE_ROWS], 0 = the plain block mean (the paper),
+     * default 0; the cpu backend only for now (docs/fidelity.md) */
+    int vsmooth_probe_rows;
 } vcattn_config;
 
 /* The largest |score| (log2 units: q.k * sm_scale * log2(e)) a checked call
@@ -226,6 +235,10 @@ typedef struct {
 #define VCATTN_MAX_SCORE_LOG2 1048576.0 /* 2^20 */
 
 VCATTN_API vcattn_config vcattn_config_default(void);
+/* sizeof(vcattn_config) as this library was built: a binding that mirrors
+ * the struct (ctypes, another language) checks its copy against it, so a
+ * library of another version is refused instead of read past its end. */
+VCATTN_API size_t vcattn_config_size(void);
 
 /*
  * Named presets: "bf16", "fp8-naive", "sage2", "vsmooth", "vc", "sage3-4bit",

@@ -66,6 +66,9 @@ check "run --grouping principal" 0 "V-Smooth in principal order" -- run --worklo
 check "run --grouping kmeans --json" 0 '"grouping": "kmeans"' -- run --workload tiny --grouping kmeans --json
 check "eval --grouping principal" 0 "V-Smooth in principal order" "in principal order" -- \
     eval --workload tiny --draws 1 --methods sage2,vc --grouping principal
+check "eval --probe-rows" 0 "V-Smooth in principal order" -- \
+    eval --workload tiny --draws 1 --methods sage2,vc --grouping principal --probe-rows 64 --backend cpu
+check "eval --probe-rows past 256" 2 "--probe-rows" -- eval --workload tiny --probe-rows 257
 check "run --progress" 0 "vc: 100% of the rows" -- run --workload tiny --backend cpu --progress
 check "eval --progress" 0 "sage2: 100% of the rows" -- eval --workload tiny --backend cpu --draws 1 --methods sage2 --progress
 check "bad --grouping exits 2" 2 "--grouping: unknown value 'random'" "kmeans, principal" -- \

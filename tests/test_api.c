@@ -189,6 +189,10 @@ static void test_bad_inputs(vcattn_context *ctx) {
     c = good_call(); c.cfg.group_refresh = 0; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "group_refresh 0");
     c = good_call(); c.cfg.expcast_beta = 1.0f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "beta 1");
     c = good_call(); c.cfg.expcast_min_keys = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "expcast_min_keys -1");
+    CHECK(vcattn_config_size() == sizeof(vcattn_config), "vcattn_config_size %zu", vcattn_config_size());
+    c = good_call(); c.cfg.vsmooth_probe_rows = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "vsmooth_probe_rows -1");
+    c = good_call(); c.cfg.vsmooth_probe_rows = VCATTN_MAX_PROBE_ROWS + 1;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "vsmooth_probe_rows past the maximum");
     c = good_call(); c.cfg.group_window = -0.5f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "window < 0");
     c = good_call(); c.cfg.hadamard = 2; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "hadamard 2");
     c = good_call(); c.cfg.vsmooth = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "vsmooth -1");

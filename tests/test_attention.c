@@ -420,6 +420,64 @@ static void test_lse_error(vcattn_context *ctx) {
     }
 }
 
+/* V-Smooth's attention probe (vsmooth.h): where no key draws attention from
+ * both halves of the probe rows (q = 0: every row uniform), every block
+ * keeps its plain mean bit for bit; where every row reads one small-valued
+ * key in a block of large values (an attention sink), the centre moves to it
+ * and the output error drops below both the plain mean's and sage2's; the
+ * probe is deterministic across thread counts, with grouped-query heads. */
+static void test_attention_probe(vcattn_context *ctx) {
+    case_t t;
+    case_init(&t, 1, 4, 2, 200, 384, 64, 3.0f);
+    const size_t bytes = (size_t)(t.b * t.hq * t.nq * t.d) * sizeof(float);
+    float *plain = malloc(bytes), *probed = malloc(bytes);
+    vcattn_config c = vcattn_config_default();
+    c.expcast_min_keys = 0;
+
+    memset(t.q, 0, (size_t)(t.b * t.hq * t.nq * t.d) * sizeof(float));
+    CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "uniform attention, plain mean");
+    memcpy(plain, t.out, bytes);
+    c.vsmooth_probe_rows = 64;
+    CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "uniform attention, probe");
+    CHECK(memcmp(plain, t.out, bytes) == 0, "the probe moved a centre although no key draws attention");
+
+    /* The sink: key 0 of each head along every query's direction, value 1.5
+     * against values around 3 (case_init's offset): half the norm of its
+     * block's mean, past the sink guard (0.25), as in trained ViTs. */
+    for (int64_t h = 0; h < t.hq; h++)
+        for (int64_t i = 0; i < t.nq; i++)
+            for (int64_t x = 0; x < t.d; x++)
+                t.q[(h * t.nq + i) * t.d + x] = (x == 0 ? 3.0f : 0.0f) + 0.3f * nrand();
+    for (int64_t h = 0; h < t.hkv; h++) {
+        for (int64_t x = 0; x < t.d; x++) {
+            t.k[(h * t.nk) * t.d + x] = x == 0 ? 20.0f : 0.0f;
+            t.v[(h * t.nk) * t.d + x] = 1.5f;
+        }
+    }
+    vcattn_reference_attention(&t.tq, &t.tk, &t.tv, NULL, 0.0f, t.ref, t.ref_lse);
+    double err[3];
+    const char *names[3] = {"sage2", "vc", "vc + probe"};
+    for (int m = 0; m < 3; m++) {
+        vcattn_config_from_method(m == 0 ? "sage2" : "vc", &c);
+        c.expcast_min_keys = 0;
+        c.vsmooth_probe_rows = m == 2 ? 64 : 0;
+        c.num_threads = 1;
+        CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK, "sink: %s", names[m]);
+        vcattn_metrics met;
+        metrics_compute(t.out, t.ref, t.b * t.hq * t.nq, t.d, &met);
+        err[m] = met.rel_l2;
+        if (m == 2) memcpy(probed, t.out, bytes);
+    }
+    CHECK(err[2] < 0.8 * err[1] && err[2] < err[0],
+          "sink: relative L2 with the probe %.5f, plain mean %.5f, sage2 %.5f", err[2], err[1], err[0]);
+    c.num_threads = 2;
+    CHECK(run(ctx, &c, &t, NULL) == VCATTN_OK && memcmp(probed, t.out, bytes) == 0,
+          "the probe's output depends on the thread count");
+    free(plain);
+    free(probed);
+    case_free(&t);
+}
+
 int main(int argc, char **argv) {
     tl_args(argc, argv);
     vcattn_context *ctx;
@@ -434,6 +492,7 @@ int main(int argc, char **argv) {
     TL_RUN(test_tiny_values(ctx));
     TL_RUN(test_constant_v(ctx));
     TL_RUN(test_lse_error(ctx));
+    TL_RUN(test_attention_probe(ctx));
     vcattn_destroy(ctx);
     return tl_finish("test_attention");
 }

@@ -532,6 +532,12 @@ static void run_bad_input(vcattn_context *gpu) {
     CHECK(st == VCATTN_ERR_UNSUPPORTED_CONFIG && strstr(vcattn_last_error(gpu), "sage2"),
           "NVFP4 on the GPU: status %d (%s)", st, vcattn_last_error(gpu));
 
+    vcattn_config probe = cfg;
+    probe.vsmooth_probe_rows = 64;
+    st = vcattn_attention(gpu, &probe, &in.q, &in.k, &in.v, &o.t, NULL, NULL, NULL);
+    CHECK(st == VCATTN_ERR_UNSUPPORTED_CONFIG && strstr(vcattn_last_error(gpu), "vsmooth_probe_rows"),
+          "the attention probe on the GPU: status %d (%s)", st, vcattn_last_error(gpu));
+
     vcattn_tensor q96 = in.q, k96 = in.k, v96 = in.v, o96 = o.t;
     q96.head_dim = k96.head_dim = v96.head_dim = o96.head_dim = 96;
     st = vcattn_attention(gpu, &cfg, &q96, &k96, &v96, &o96, NULL, NULL, NULL);

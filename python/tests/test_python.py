@@ -1,6 +1,7 @@
 """The Python front on the CPU: numpy and (when installed) torch CPU tensors.
 Run by ctest (`make test`); exits 77 (skipped) without numpy. GPU behaviour is
 tested on the device by python/tests/test_python_gpu.py."""
+import ctypes
 import os
 import sys
 
@@ -80,6 +81,20 @@ raises(TypeError, lambda: vcattn.attention(q, k, v, hadamard="yes"), "integer", 
 raises(TypeError, lambda: vcattn.attention(q, k, v, config=3), "config must be", "config type")
 raises(TypeError, lambda: vcattn.attention(q, k, v, dropout_p=0.1), "inference only", "dropout")
 raises(ValueError, lambda: vcattn.attention(q, k, v, kmeans_iters=-1), "config", "field out of range")
+out_probe = vcattn.attention(q, k, v, vsmooth_probe_rows=64)
+check(rel(out_probe, ref) < 0.06 and np.array_equal(out_probe, vcattn.attention(q, k, v, vsmooth_probe_rows=64)),
+      "vsmooth_probe_rows keyword: faithful and deterministic")
+raises(ValueError, lambda: vcattn.attention(q, k, v, vsmooth_probe_rows=257), "vsmooth_probe_rows", "probe rows out of range")
+
+# ---- a library whose vcattn_config differs from the package's is refused ---------
+from vcattn import _capi  # noqa: E402
+
+mirror = _capi.Config
+_capi.Config = type("Config", (ctypes.Structure,), {"_fields_": mirror._fields_ + [("extra", ctypes.c_double)]})
+try:
+    raises(OSError, lambda: _capi.load(_capi.find_library()), "different versions", "config size mismatch")
+finally:
+    _capi.Config = mirror
 
 # ---- python -m vcattn, py.typed -------------------------------------------------
 import subprocess  # noqa: E402

@@ -50,7 +50,8 @@ class Config(ctypes.Structure):
                 ("group_window", ctypes.c_float), ("group_refresh", ctypes.c_int),
                 ("demean_outside_window", ctypes.c_int), ("check_finite", ctypes.c_int),
                 ("num_threads", ctypes.c_int), ("q_smoothing", ctypes.c_int),
-                ("sink_guard", ctypes.c_float), ("expcast_min_keys", ctypes.c_int)]
+                ("sink_guard", ctypes.c_float), ("expcast_min_keys", ctypes.c_int),
+                ("vsmooth_probe_rows", ctypes.c_int)]
 
 
 def find_library():
@@ -66,8 +67,16 @@ def find_library():
 
 
 def load(path=None):
-    lib = ctypes.CDLL(path or find_library())
+    path = path or find_library()
+    lib = ctypes.CDLL(path)
     vp, i32 = ctypes.c_void_p, ctypes.c_int
+    size = getattr(lib, "vcattn_config_size", None)
+    if size is not None:
+        size.restype = ctypes.c_size_t
+    if size is None or size() != ctypes.sizeof(Config):
+        raise OSError(f"{path}: its vcattn_config is {'of unknown size' if size is None else f'{size()} bytes'}, "
+                      f"this vcattn package's is {ctypes.sizeof(Config)} bytes: the library and the package "
+                      f"come from different versions (rebuild, or point VCATTN_LIB at the matching library)")
     lib.vcattn_create.argtypes = [ctypes.POINTER(vp), i32]
     lib.vcattn_destroy.argtypes = [vp]
     lib.vcattn_last_error.argtypes = [vp]

@@ -29,6 +29,8 @@ vcattn_config vcattn_config_default(void) {
     return c;
 }
 
+size_t vcattn_config_size(void) { return sizeof(vcattn_config); }
+
 /* Each preset as the switches it sets on top of the default (vc). */
 typedef struct {
     const char *name;
@@ -96,6 +98,10 @@ vcattn_status vcattn_config_check(const vcattn_config *c, int64_t d, char *why, 
     if (c->expcast_min_keys < 0)
         return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT, "config: expcast_min_keys must be >= 0, got %d",
                            c->expcast_min_keys);
+    if (c->vsmooth_probe_rows < 0 || c->vsmooth_probe_rows > VCATTN_MAX_PROBE_ROWS)
+        return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT,
+                           "config: vsmooth_probe_rows must be in [0, %d] (0 = the plain block mean), got %d",
+                           VCATTN_MAX_PROBE_ROWS, c->vsmooth_probe_rows);
     if (!(c->sink_guard >= 0.0f && c->sink_guard <= 1.0f))
         return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT, "config: sink_guard must be in [0, 1]");
     if (!(c->group_window >= 0.0f && c->group_window <= 1.0f) || c->group_refresh < 1)

@@ -21,6 +21,7 @@ typedef struct {
     float *kmean;      /* [d] post-RoPE channel mean of K, or NULL */
     double max_norm;   /* largest |k| the scores see (after RoPE and smoothing) */
     float *rows;       /* q_smoothing: the keys as scored, [nk][d] (permuted, smoothed, before the Hadamard) */
+    float *values;     /* the attention probe: V permuted, [nk][d], quantized once Q is */
 } kv_head;
 
 typedef struct {
@@ -107,6 +108,14 @@ static vcattn_status group_head(const problem *p, vcattn_grouping plan, const fl
  * the check refuses it (fmax would drop a NaN and let the row through). */
 static double row_norm(double norm2) { return norm2 == norm2 ? sqrt(norm2) : INFINITY; }
 
+/* Whether V's block centres come from the attention probe (vsmooth.h): FP8
+ * values only, whose error follows each value's own magnitude (NVFP4's
+ * follows its 16-token block's largest). */
+static int probes(const vcattn_config *cfg, vcattn_grouping plan) {
+    return cfg->vsmooth_probe_rows > 0 && plan != VCATTN_GROUP_NONE &&
+           (cfg->v_format == VCATTN_V_FP8_CHANNEL || cfg->v_format == VCATTN_V_FP8_BLOCK);
+}
+
 static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const vcattn_tensor *v,
                                 const vcattn_rope *rope, vcattn_grouping plan, int clusters,
                                 const vcattn_layer *layer, float *centroids, int32_t *perms,
@@ -159,7 +168,12 @@ static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const 
         }
     }
     if ((st = quantize_scores(cfg->qk_format, 1, kp, n, d, &kv->k))) goto done;
-    st = quantize_values(cfg->v_format, plan != VCATTN_GROUP_NONE, cfg->sink_guard, vp, n, d, &kv->v);
+    if (probes(cfg, plan)) {  /* V waits for Q: the probe needs its scores */
+        kv->values = vp;
+        vp = NULL;
+    } else {
+        st = quantize_values(cfg->v_format, plan != VCATTN_GROUP_NONE, cfg->sink_guard, vp, NULL, n, d, &kv->v);
+    }
 done:
     free(kx); free(vx); free(kp); free(vp);
     return st;
@@ -211,6 +225,74 @@ static vcattn_status prepare_q(const problem *p, const vcattn_tensor *q, const v
     }
     vcattn_status st = quantize_scores(cfg->qk_format, 0, x, n, d, &qh->q);
     free(x);
+    return st;
+}
+
+/* The attention probe's token weights of key head g (vsmooth.h states the
+ * arithmetic), then its values quantized with them. */
+static vcattn_status probe_and_quantize_values(const problem *p, int64_t g) {
+    const vcattn_config *cfg = p->cfg;
+    kv_head *kv = &p->kv[g];
+    const int rows = cfg->vsmooth_probe_rows;
+    const int64_t nk = p->nk, d = p->d, tiles = (nk + VCATTN_TILE - 1) / VCATTN_TILE;
+    const int64_t group = p->hq / p->hkv, gq0 = (g / p->hkv) * p->hq + (g % p->hkv) * group;
+    float *t = malloc((size_t)(rows * nk) * sizeof(float));
+    double *weight = calloc((size_t)nk, sizeof(double));
+    double *inv_l2 = malloc((size_t)rows * sizeof(double));
+    float *ceiling = malloc((size_t)rows * sizeof(float));
+    float *tile_ceiling = malloc((size_t)tiles * sizeof(float));
+    double *tile_sum = malloc((size_t)tiles * sizeof(double));
+    vcattn_status st = VCATTN_ERR_OUT_OF_MEMORY;
+    if (!t || !weight || !inv_l2 || !ceiling || !tile_ceiling || !tile_sum) goto done;
+    double mean_weight = 0.0;
+    for (int s = 0; s < rows; s++) {
+        const q_head *qh = &p->qh[gq0 + s % group];
+        const int64_t i = vsmooth_probe_row(s, p->nq);
+        const float *qv = qh->q.val + i * d;
+        const float qmul = qh->q.mul[i] * (p->sm_scale * VCATTN_LOG2E);
+        float *ts = t + s * nk;
+        for (int64_t j = 0; j < nk; j++) {
+            const float dot = dot8(qv, kv->k.val + j * d, d), mult = qmul * kv->k.mul[j];
+            ts[j] = qh->key_bias ? fmaf(dot, mult, qh->key_bias[j]) : dot * mult;
+        }
+        float c = -INFINITY;
+        for (int64_t tile = 0; tile < tiles; tile++) {
+            const int64_t j0 = tile * VCATTN_TILE, j1 = j0 + VCATTN_TILE < nk ? j0 + VCATTN_TILE : nk;
+            float m = -INFINITY;
+            for (int64_t j = j0; j < j1; j++) m = fmaxf(m, ts[j]);
+            tile_ceiling[tile] = ceilf(m);
+            double sum = 0.0;
+            for (int64_t j = j0; j < j1; j++) sum += vsmooth_probe_prob(ts[j], tile_ceiling[tile]);
+            tile_sum[tile] = sum;
+            c = fmaxf(c, tile_ceiling[tile]);
+        }
+        double l = 0.0, q2 = 0.0;
+        for (int64_t tile = 0; tile < tiles; tile++) {  /* a NaN score (unchecked input) shifts by -200 */
+            const float shift = tile_ceiling[tile] - c;
+            l += ldexp(tile_sum[tile], shift >= -200.0f ? (int)shift : -200);
+        }
+        for (int64_t j = 0; j < nk; j++) {
+            const double e = vsmooth_probe_prob(ts[j], c);
+            q2 += e * e;
+        }
+        ceiling[s] = c;
+        inv_l2[s] = 1.0 / (l * l);
+        mean_weight += q2 * inv_l2[s];
+    }
+    mean_weight /= (double)nk;
+    for (int64_t j = 0; j < nk; j++) {
+        double half[2] = {0.0, 0.0};  /* even and odd probe rows */
+        for (int s = 0; s < rows; s++) {
+            const double e = vsmooth_probe_prob(t[s * nk + j], ceiling[s]);
+            half[s & 1] += e * e * inv_l2[s];
+        }
+        weight[j] = vsmooth_probe_token_weight(half[0], half[1], mean_weight);
+    }
+    st = quantize_values(cfg->v_format, 1, cfg->sink_guard, kv->values, weight, nk, d, &kv->v);
+done:
+    free(t); free(weight); free(inv_l2); free(ceiling); free(tile_ceiling); free(tile_sum);
+    free(kv->values);
+    kv->values = NULL;
     return st;
 }
 
@@ -324,6 +406,7 @@ static void free_problem(problem *p) {
             value_operand_free(&p->kv[g].v);
             free(p->kv[g].kmean);
             free(p->kv[g].rows);
+            free(p->kv[g].values);
         }
     if (p->qh)
         for (int64_t g = 0; g < p->batch * p->hq; g++) {
@@ -372,6 +455,11 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_call *call, const 
     #pragma omp parallel for num_threads(threads) schedule(dynamic) reduction(| : failed)
     for (int64_t g = 0; g < nqh; g++)
         failed |= !failed && prepare_q(&p, q, rope, g) != VCATTN_OK;
+    if (!failed && probes(cfg, plan)) {
+        #pragma omp parallel for num_threads(threads) schedule(dynamic) reduction(| : failed)
+        for (int64_t g = 0; g < nkv; g++)
+            failed |= probe_and_quantize_values(&p, g) != VCATTN_OK;
+    }
     if (failed) {
         st = vcattn_fail(ctx, VCATTN_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
         goto done;
@@ -469,6 +557,7 @@ vcattn_status cpu_quantize_for_test(vcattn_context *ctx, const vcattn_call *call
     for (int64_t g = 0; !st && g < nkv; g++)
         st = prepare_kv(&p, k, v, rope, plan, clusters, layer, centroids, perms, g);
     for (int64_t g = 0; !st && g < nqh; g++) st = prepare_q(&p, q, rope, g);
+    for (int64_t g = 0; !st && probes(cfg, plan) && g < nkv; g++) st = probe_and_quantize_values(&p, g);
     for (int64_t g = 0; !st && g < nqh; g++)
         for (int64_t n = 0; n < p.nq; n++) {
             out->q_scale[g * p.nq + n] = p.qh[g].q.mul[n];
@@ -506,7 +595,7 @@ vcattn_status cpu_quantize_for_test(vcattn_context *ctx, const vcattn_call *call
 vcattn_status cpu_value_roundtrip(const vcattn_config *cfg, const float *v, int64_t n,
                                   int64_t d, float *v_hat) {
     value_operand op;
-    vcattn_status st = quantize_values(cfg->v_format, cfg->vsmooth, cfg->sink_guard, v, n, d, &op);
+    vcattn_status st = quantize_values(cfg->v_format, cfg->vsmooth, cfg->sink_guard, v, NULL, n, d, &op);
     if (st) return st;
     for (int64_t t = 0; t < n; t++) {
         int64_t tile = t / VCATTN_TILE;

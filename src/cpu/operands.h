@@ -35,10 +35,11 @@ vcattn_status quantize_scores(vcattn_qk_format fmt, int is_key, const float *x, 
                               int64_t d, score_operand *op);
 
 /* Builds the value operand from v [n][d] in key order (already permuted):
- * block means over 128-row tiles if demean (0 for a block with a token of
- * squared norm below sink_guard^2 |mean|^2, in double: the GPU decides the
+ * block centres over 128-row tiles if demean (the mean, weighted by
+ * weight[n] when not NULL: the attention probe; 0 for a block with a token of
+ * squared norm below sink_guard^2 |centre|^2, in double: the GPU decides the
  * same way), residual quantized as fmt. */
-vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard, const float *v, int64_t n,
-                              int64_t d, value_operand *op);
+vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard, const float *v,
+                              const double *weight, int64_t n, int64_t d, value_operand *op);
 
 #endif

@@ -158,13 +158,21 @@ static int block_keeps_mean(const float *v, int64_t t0, int64_t t1, int64_t d, c
     return !sink && !on_grid && vsmooth_mean_worth_removing((double)(t1 - t0), mean2, energy);
 }
 
-static void block_means(const float *v, int64_t n, int64_t d, float sink_guard, float *mean) {
+/* Each block's centre: the mean of its rows, weighted by weight[r] when
+ * given (the attention probe, vsmooth.h), in double in row order. */
+static void block_means(const float *v, int64_t n, int64_t d, float sink_guard, const double *weight,
+                        float *mean) {
     for (int64_t t0 = 0, j = 0; t0 < n; t0 += VCATTN_TILE, j++) {
         int64_t t1 = t0 + VCATTN_TILE < n ? t0 + VCATTN_TILE : n;
+        double total = (double)(t1 - t0);
+        if (weight) {
+            total = 0.0;
+            for (int64_t r = t0; r < t1; r++) total += weight[r];
+        }
         for (int64_t i = 0; i < d; i++) {
             double s = 0.0;
-            for (int64_t r = t0; r < t1; r++) s += v[r * d + i];
-            mean[j * d + i] = (float)(s / (double)(t1 - t0));
+            for (int64_t r = t0; r < t1; r++) s += weight ? weight[r] * v[r * d + i] : v[r * d + i];
+            mean[j * d + i] = (float)(s / total);
         }
         if (!block_keeps_mean(v, t0, t1, d, mean + j * d, sink_guard))
             memset(mean + j * d, 0, (size_t)d * sizeof *mean);
@@ -266,8 +274,8 @@ static void nvfp4_values(const float *r, int64_t n, int64_t d, value_operand *op
         for (int64_t i = 0; i < op->tiles * d; i++) op->mean[i] = vcattn_round_f16(op->mean[i] / ts);
 }
 
-vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard, const float *v, int64_t n,
-                              int64_t d, value_operand *op) {
+vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard, const float *v,
+                              const double *weight, int64_t n, int64_t d, value_operand *op) {
     memset(op, 0, sizeof *op);
     op->n = n;
     op->d = d;
@@ -298,7 +306,7 @@ vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard,
         exp2_of[i] = vcattn_v_prescale_exp(across_channels ? head_amax : pre[i]);
         pre[i] = vcattn_pow2f(-exp2_of[i]);
     }
-    if (demean) block_means(v, n, d, sink_guard, op->mean);
+    if (demean) block_means(v, n, d, sink_guard, weight, op->mean);
     /* Residual (into op->val for now): V minus its block mean, both scaled
      * (a multiply by 1 where nothing is scaled: the same bits). */
     for (int64_t t = 0; t < n; t++)

@@ -137,6 +137,11 @@ vcattn_status check_supported(vcattn_context *ctx, const vcattn_config *cfg, int
                            "cuda backend: the sm_90a kernel runs INT8 Q/K, FP8 P (cast or ExpCast) and "
                            "per-channel FP8 V (methods sage2, vsmooth, vc, each +hadamard); use the cpu "
                            "backend for the other formats");
+    if (cfg->vsmooth_probe_rows > 0 && plan != VCATTN_GROUP_NONE)
+        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
+                           "cuda backend: V-Smooth's attention probe (vsmooth_probe_rows = %d) runs on the cpu "
+                           "backend only; set it to 0 here",
+                           cfg->vsmooth_probe_rows);
     if ((plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM) && clusters > 32)
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
                            "cuda backend: k-means runs with at most 32 clusters, got %d", clusters);

@@ -5,6 +5,7 @@
 
 #include "vcattn.h"
 #include "../formats/format_common.h"
+#include "../formats/expcast.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,6 +37,57 @@ VCATTN_HD int vsmooth_kmeans_scale_exp(float amax) {
 
 VCATTN_HD int vsmooth_mean_worth_removing(double count, double mean2, double energy) {
     return !(count * mean2 < VSMOOTH_MIN_MEAN_SHARE * energy);
+}
+
+/*
+ * The attention probe (vcattn_config.vsmooth_probe_rows = S > 0). A block's
+ * FP8 error reaches the output through the attention its tokens receive:
+ * row i's value error is sum_j p_ij e_j, whose energy is about
+ * sum_j p_ij^2 |e_j|^2 with |e_j| proportional to |v_j - c| (E4M3 errs in
+ * proportion to what it stores). The c that minimizes it is the mean of the
+ * block's tokens weighted by w_j = sum_i p_ij^2: the plain mean where the
+ * attention is spread, the sink's own value where most rows read one token.
+ * Both backends estimate w from S query rows and the quantized scores:
+ *   probe row s (0 <= s < S) is row vsmooth_probe_row(s, nq) of the group's
+ *   query head s mod G (G query heads per key head); its score of key j is
+ *   t_sj, in log2 units, as the attention kernel forms it;
+ *   per 128-key tile: C_st = ceil(max_j t_sj); L_st = sum_j P(t_sj, C_st);
+ *   C_s = max_t C_st; l_s = sum over t ascending of L_st 2^(C_st - C_s);
+ *   Q_s = sum_j P(t_sj, C_s)^2; w_mean = (sum over s ascending of Q_s / l_s^2) / nk;
+ *   w_j^even and w_j^odd = sum over the even (odd) s ascending of P(t_sj, C_s)^2 / l_s^2;
+ *   token j weighs vsmooth_probe_token_weight(w_j^even, w_j^odd, w_mean) in
+ *   its block's centre (sums in double in row order).
+ * P(t, C) is the E4M3 probability ExpCast writes for score t under the row
+ * maximum C (vsmooth_probe_prob): multiples of 2^-9 up to 256, so L_st and
+ * Q_s are exact in double and every sum above is the same on both backends.
+ */
+
+/* A token's weight in its block's centre: 1 (the plain mean), plus how far
+ * both halves of the probe rows together put it past VSMOOTH_PROBE_HEAVY
+ * times the average weight. The smaller half counts twice: a key only some
+ * sampled rows read (a neighbour in local attention, different for every
+ * row) is no sink, and a sample of it would pull the centre at random. Where
+ * no token passes, every weight is 1 and the centre is the mean, bit for bit. */
+#define VSMOOTH_PROBE_HEAVY 2.0
+
+VCATTN_HD double vsmooth_probe_token_weight(double even, double odd, double mean) {
+    if (!(mean > 0.0) || !(mean < 1e300)) return 1.0;  /* NaN scores of an unchecked call */
+    const double heavy = 2.0 * (even < odd ? even : odd) / mean - VSMOOTH_PROBE_HEAVY;
+    return heavy > 0.0 ? 1.0 + heavy : 1.0;
+}
+
+/* Probe row s: frac(s / golden ratio) of the way through the nq rows (a
+ * Weyl sequence in 32-bit fixed point), spread over the sequence without
+ * the aliasing an even stride has with a latent grid's rows and frames. */
+VCATTN_HD int64_t vsmooth_probe_row(int s, int64_t nq) {
+    const uint32_t f = (uint32_t)s * 2654435769u;
+    return (int64_t)(((uint64_t)f * (uint64_t)nq) >> 32);
+}
+
+/* ExpCast's probability (beta 0, row maximum C at code 120 = 256) of a
+ * log2-domain score t: one FMA, as the kernel writes it. */
+VCATTN_HD float vsmooth_probe_prob(float t, float ceiling) {
+    return vcattn_e4m3_decode(vcattn_expcast_code(fmaf(t, 8.0f, VCATTN_EXPCAST_MAX_CODE - 8.0f * ceiling)));
 }
 
 /*

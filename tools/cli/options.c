@@ -31,6 +31,8 @@ static const char USAGE_RUN[] =
     "  --hadamard, --no-hadamard          --vsmooth, --no-vsmooth\n"
     "  --k-smoothing, --no-k-smoothing\n"
     "  --q-smoothing   (Q channel mean out, per-key term back: docs/fidelity.md)\n"
+    "  --probe-rows N  V-Smooth's block centres weighted by the attention of N\n"
+    "                  sampled query rows (0 = the plain mean)\n"
     "  --qk exact|int8|fp8|nvfp4\n"
     "  --p exact|bf16|fp8-cast|expcast|nvfp4\n"
     "  --v exact|fp8-channel|fp8-block|nvfp4   (also --v-format; any other --v\n"
@@ -83,6 +85,8 @@ static const char USAGE_EVAL[] =
     "                            direction, as a call without a layer state\n"
     "                            (the drop-in call) does\n"
     "  --q-smoothing             every method with Q smoothing\n"
+    "  --probe-rows N            every method with V-Smooth's attention probe\n"
+    "                            of N query rows\n"
     "  --study NAME              instead of the table: orders (V error and energy\n"
     "                            share by token order), expcast (ExpCast row\n"
     "                            statistics against the bound), schedule (the\n"
@@ -220,7 +224,7 @@ typedef enum {
     OPT_SEED, OPT_METHOD, OPT_BACKEND, OPT_DTYPE, OPT_THREADS, OPT_OUT, OPT_HADAMARD,
     OPT_NO_HADAMARD, OPT_K_SMOOTHING, OPT_NO_K_SMOOTHING, OPT_VSMOOTH, OPT_NO_VSMOOTH, OPT_QK,
     OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS, OPT_Q_SMOOTHING, OPT_SINK_GUARD, OPT_SIZE,
-    OPT_DRAWS, OPT_EXPCAST_MIN_KEYS, OPT_GROUPING, OPT_PROGRESS
+    OPT_DRAWS, OPT_EXPCAST_MIN_KEYS, OPT_GROUPING, OPT_PROGRESS, OPT_PROBE_ROWS
 } opt_id;
 
 typedef struct {
@@ -241,7 +245,7 @@ static const opt_spec OPTS[] = {
     {"--method", OPT_METHOD, 1, 1},   {"--out", OPT_OUT, 1, 1},
     {"--hadamard", OPT_HADAMARD, 0, 1}, {"--no-hadamard", OPT_NO_HADAMARD, 0, 1},
     {"--k-smoothing", OPT_K_SMOOTHING, 0, 1}, {"--no-k-smoothing", OPT_NO_K_SMOOTHING, 0, 1},
-    {"--q-smoothing", OPT_Q_SMOOTHING, 0, 0},
+    {"--q-smoothing", OPT_Q_SMOOTHING, 0, 0}, {"--probe-rows", OPT_PROBE_ROWS, 1, 0},
     {"--vsmooth", OPT_VSMOOTH, 0, 1}, {"--no-vsmooth", OPT_NO_VSMOOTH, 0, 1},
     {"--qk", OPT_QK, 1, 1},           {"--p", OPT_P, 1, 1},
     {"--clusters", OPT_CLUSTERS, 1, 1}, {"--iters", OPT_ITERS, 1, 1},
@@ -353,6 +357,7 @@ static int apply_method_option(options *o, int id, const char *a, const char *va
     case OPT_CLUSTERS: rc = int_option(cmd, a, val, 1, VCATTN_MAX_KMEANS_CLUSTERS, &o->clusters); break;
     case OPT_ITERS: rc = int_option(cmd, a, val, 1, VCATTN_MAX_KMEANS_ITERS, &o->iters); break;
     case OPT_EXPCAST_MIN_KEYS: rc = int_option(cmd, a, val, 0, INT_MAX, &o->expcast_min_keys); break;
+    case OPT_PROBE_ROWS: rc = int_option(cmd, a, val, 0, VCATTN_MAX_PROBE_ROWS, &o->probe_rows); break;
     case OPT_SINK_GUARD:
         if (!parse_float(val, 0.0, 1.0, 0, &o->sink_guard))
             return usage_error(cmd, "--sink-guard: '%s' is not a number in [0, 1]", val);
@@ -487,6 +492,7 @@ vcattn_config build_config(const options *o) {
     if (o->clusters >= 0) c.kmeans_clusters = o->clusters;
     if (o->iters >= 0) c.kmeans_iters = o->iters;
     if (o->expcast_min_keys >= 0) c.expcast_min_keys = o->expcast_min_keys;
+    if (o->probe_rows >= 0) c.vsmooth_probe_rows = o->probe_rows;
     if (!isnan(o->beta)) c.expcast_beta = o->beta;
     if (!isnan(o->sink_guard)) c.sink_guard = o->sink_guard;
     if (!isnan(o->sm_scale)) c.sm_scale = o->sm_scale;
