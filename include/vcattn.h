@@ -281,8 +281,10 @@ VCATTN_API const char *vcattn_last_error(const vcattn_context *ctx);
  * default, is the legacy default stream) on the device current at the call.
  * Tensors may live on that device (used in place) or in
  * host memory (staged through the device). A call returns once its work is
- * queued, unless it must read something back: host outputs, the non-finite
- * check (cfg.check_finite), or a new grouping for a layer. While the stream
+ * queued, unless it must read something back: host outputs or a new grouping
+ * for a layer (it then waits for the stream). The non-finite check
+ * (cfg.check_finite) waits for the call's preprocessing kernels only, with
+ * the attention kernel already queued behind them. While the stream
  * is capturing a CUDA graph, only calls without a layer state and with
  * check_finite off are accepted (VCATTN_ERR_UNSUPPORTED_CONFIG otherwise):
  * those need the host, and a replay would repeat one step's grouping plan.

@@ -103,8 +103,9 @@ def attention(q: Any, k: Any, v: Any, tensor_layout: Layout = "HND", is_causal: 
     direction and demeans its 128-key blocks, without k-means.
     return_lse: also return the log-sum-exp per row, natural log, float32
     [B, Hq, Nq] (as sageattn). check_finite: reject NaN/Inf inputs, and
-    inputs whose scores float32 cannot resolve (costs one device sync per
-    call on the GPU); default on.
+    inputs whose scores float32 cannot resolve; default on. On the GPU the
+    host then waits for the call's preprocessing kernels (not for its
+    attention kernel, queued behind them).
     rope: (cos, sin), float tensors [N, D/2] on q's device (torch tensors
     only): q and k come before their rotary embedding, which the quantizers
     apply in float32 (no rounded copy of the rotated q and k); one table for

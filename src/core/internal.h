@@ -23,6 +23,8 @@ struct vcattn_context {
     void *cuda_stream;   /* cudaStream_t of a CUDA context */
     void *cuda_pool;     /* cudaMemPool_t of the workspaces (CUDA backend), or NULL */
     int cuda_pool_device;
+    int *cuda_flag_host;     /* pinned word the finite check's flag is copied to, or NULL */
+    void *cuda_flag_ready;   /* cudaEvent_t recorded after that copy */
     vcattn_progress_fn progress;  /* CPU backend: rows done, see vcattn_set_progress */
     void *progress_user;
     char last_error[VCATTN_ERRMSG_LEN];

@@ -210,8 +210,9 @@ vcattn_status check_call(vcattn_context *ctx, const vcattn_config *cfg, const ca
 // left the GPU idle for 0.7-3 ms per call (docs/perf-notes.md). NULL (the
 // default pool) if it cannot be made.
 cudaMemPool_t context_pool(vcattn_context *ctx, int device) {
-    if (ctx->cuda_pool && ctx->cuda_pool_device == device) return (cudaMemPool_t)ctx->cuda_pool;
-    cuda_release_context(ctx);  // made for another device
+    if (ctx->cuda_pool_device != device) cuda_release_context(ctx);  // made for another device
+    ctx->cuda_pool_device = device;
+    if (ctx->cuda_pool) return (cudaMemPool_t)ctx->cuda_pool;
     cudaMemPoolProps props = {};
     props.allocType = cudaMemAllocationTypePinned;
     props.location.type = cudaMemLocationTypeDevice;
@@ -224,8 +225,27 @@ cudaMemPool_t context_pool(vcattn_context *ctx, int device) {
     }
     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
     ctx->cuda_pool = pool;
-    ctx->cuda_pool_device = device;
     return pool;
+}
+
+// The pinned word and event through which the finite check's flag reaches
+// the host, made once per context and device (the event belongs to the
+// device current at its creation). 0 if they cannot be made.
+int context_flag(vcattn_context *ctx, int device) {
+    if (ctx->cuda_pool_device != device) cuda_release_context(ctx);
+    ctx->cuda_pool_device = device;
+    if (ctx->cuda_flag_host) return 1;
+    void *word = nullptr;
+    cudaEvent_t ready = nullptr;
+    if (cudaHostAlloc(&word, sizeof(int), cudaHostAllocPortable) != cudaSuccess ||
+        cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        if (word) cudaFreeHost(word);
+        return 0;
+    }
+    ctx->cuda_flag_host = (int *)word;
+    ctx->cuda_flag_ready = ready;
+    return 1;
 }
 
 // Checks the call and binds it to the context's stream and the current device;
@@ -252,6 +272,7 @@ vcattn_status begin_call(vcattn_context *ctx, const vcattn_config *cfg, const ca
     cudaError_t err = cudaGetDevice(device);
     if (err != cudaSuccess) return cs->cuda_fail(err, "cudaGetDevice");
     cs->pool = context_pool(ctx, *device);
+    if (cfg->check_finite) context_flag(ctx, *device);  // without it the check waits for the whole stream
     return VCATTN_OK;
 }
 
@@ -430,16 +451,32 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     return VCATTN_OK;
 }
 
-// Whether the quantizers saw NaN/Inf (syncs the stream).
-vcattn_status check_flag(call_state &cs, const vcattn_config *cfg, const operands &op) {
+// Queues the copy of the quantizers' flag into the context's pinned word and
+// the event after it, so the status can wait for the preprocessing alone
+// while the attention kernel, queued next, runs (it skips its writes itself
+// when the flag is set).
+vcattn_status publish_flag(call_state &cs, const vcattn_config *cfg, const operands &op) {
+    if (!cfg->check_finite || !cs.ctx->cuda_flag_host) return VCATTN_OK;
+    cudaError_t err;
+    if ((err = cudaMemcpyAsync(cs.ctx->cuda_flag_host, op.flag, sizeof(int), cudaMemcpyDeviceToHost, cs.stream)) ||
+        (err = cudaEventRecord((cudaEvent_t)cs.ctx->cuda_flag_ready, cs.stream)))
+        return cs.cuda_fail(err, "non-finite check");
+    return VCATTN_OK;
+}
+
+// Whether the quantizers saw NaN/Inf or unresolvable scores: waits for the
+// published flag (without a pinned word, for the whole stream).
+vcattn_status await_flag(call_state &cs, const vcattn_config *cfg, const operands &op) {
     if (!cfg->check_finite) return VCATTN_OK;
     cudaError_t err;
-    // One int to pageable memory, then the wait the status needs anyway
-    // (allocating a pinned buffer every call is far slower than this copy).
     int found = 0;
-    if ((err = cudaMemcpyAsync(&found, op.flag, sizeof(int), cudaMemcpyDeviceToHost, cs.stream)) ||
-        (err = cudaStreamSynchronize(cs.stream)))
+    if (cs.ctx->cuda_flag_host) {
+        if ((err = cudaEventSynchronize((cudaEvent_t)cs.ctx->cuda_flag_ready))) return cs.cuda_fail(err, "non-finite check");
+        found = *cs.ctx->cuda_flag_host;
+    } else if ((err = cudaMemcpyAsync(&found, op.flag, sizeof(int), cudaMemcpyDeviceToHost, cs.stream)) ||
+               (err = cudaStreamSynchronize(cs.stream))) {
         return cs.cuda_fail(err, "non-finite check");
+    }
     if (found & VC_FLAG_NONFINITE)
         return vcattn_fail(cs.ctx, VCATTN_ERR_NONFINITE_INPUT, "q, k, v or the rope tables contain NaN or Inf");
     if (found & VC_FLAG_HADAMARD_RANGE)
@@ -479,7 +516,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *
         return st;
     operands op = {};
     op.need_lse_shift = lse != nullptr;
-    if ((st = prepare_operands(cs, cfg, c, in, layer, device, &op))) return st;
+    if ((st = prepare_operands(cs, cfg, c, in, layer, device, &op)) || (st = publish_flag(cs, cfg, op))) return st;
 
     vc_attention_params p = {};
     p.q = op.q_codes; p.q_mul = op.q_mul;
@@ -498,7 +535,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *
     p.expcast_bias = VCATTN_EXPCAST_MAX_CODE + cfg->expcast_beta;  // the row maximum lands on 0x78
     if ((err = vc_attention_sm90(p, (int)c.D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped, cs.stream)))
         return cs.cuda_fail(err, "attention kernel");
-    if ((st = check_flag(cs, cfg, op))) return st;
+    if ((st = await_flag(cs, cfg, op))) return st;
 
     // ---- results ----
     const size_t kvh = (size_t)(c.B * c.Hkv), cents = kvh * c.clusters * c.D, perms = kvh * c.Nk;
@@ -559,7 +596,8 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
     operands op = {};
     op.need_lse_shift = 1;
     if ((st = stage_inputs(cs, c, q, k, v, rope, device, &in)) ||
-        (st = prepare_operands(cs, cfg, c, in, layer, device, &op)) || (st = check_flag(cs, cfg, op)))
+        (st = prepare_operands(cs, cfg, c, in, layer, device, &op)) || (st = publish_flag(cs, cfg, op)) ||
+        (st = await_flag(cs, cfg, op)))
         return st;
     const size_t kvh = (size_t)(c.B * c.Hkv), qh = (size_t)(c.B * c.Hq), D = (size_t)c.D;
     const size_t T = (size_t)c.T, QT = (size_t)c.QT, rec = vc_v_record_bytes((uint32_t)D);
@@ -616,8 +654,14 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
 }
 
 extern "C" void cuda_release_context(vcattn_context *ctx) {
-    if (!ctx->cuda_pool) return;
     // Safe with frees still queued: the pool goes once they have run.
-    cudaMemPoolDestroy((cudaMemPool_t)ctx->cuda_pool);
+    if (ctx->cuda_pool) cudaMemPoolDestroy((cudaMemPool_t)ctx->cuda_pool);
+    if (ctx->cuda_flag_ready) {
+        cudaEventSynchronize((cudaEvent_t)ctx->cuda_flag_ready);  // the copy into the word has landed
+        cudaEventDestroy((cudaEvent_t)ctx->cuda_flag_ready);
+    }
+    if (ctx->cuda_flag_host) cudaFreeHost(ctx->cuda_flag_host);
     ctx->cuda_pool = nullptr;
+    ctx->cuda_flag_host = nullptr;
+    ctx->cuda_flag_ready = nullptr;
 }
