@@ -236,44 +236,46 @@ static vcattn_status probe_and_quantize_values(const problem *p, int64_t g) {
     const int rows = cfg->vsmooth_probe_rows;
     const int64_t nk = p->nk, d = p->d, tiles = (nk + VCATTN_TILE - 1) / VCATTN_TILE;
     const int64_t group = p->hq / p->hkv, gq0 = (g / p->hkv) * p->hq + (g % p->hkv) * group;
-    float *t = malloc((size_t)(rows * nk) * sizeof(float));
-    double *weight = calloc((size_t)nk, sizeof(double));
+    float *prob = malloc((size_t)(rows * nk) * sizeof(float));      /* P(t_sj, C_st) */
+    float *tile_ceiling = malloc((size_t)(rows * tiles) * sizeof(float));
+    double *weight = malloc((size_t)nk * sizeof(double));
     double *inv_l2 = malloc((size_t)rows * sizeof(double));
     float *ceiling = malloc((size_t)rows * sizeof(float));
-    float *tile_ceiling = malloc((size_t)tiles * sizeof(float));
-    double *tile_sum = malloc((size_t)tiles * sizeof(double));
+    double *tile_sum = malloc((size_t)tiles * sizeof(double)), *tile_sq = malloc((size_t)tiles * sizeof(double));
     vcattn_status st = VCATTN_ERR_OUT_OF_MEMORY;
-    if (!t || !weight || !inv_l2 || !ceiling || !tile_ceiling || !tile_sum) goto done;
+    if (!prob || !tile_ceiling || !weight || !inv_l2 || !ceiling || !tile_sum || !tile_sq) goto done;
     double mean_weight = 0.0;
     for (int s = 0; s < rows; s++) {
         const q_head *qh = &p->qh[gq0 + s % group];
         const int64_t i = vsmooth_probe_row(s, p->nq);
         const float *qv = qh->q.val + i * d;
         const float qmul = qh->q.mul[i] * (p->sm_scale * VCATTN_LOG2E);
-        float *ts = t + s * nk;
-        for (int64_t j = 0; j < nk; j++) {
-            const float dot = dot8(qv, kv->k.val + j * d, d), mult = qmul * kv->k.mul[j];
-            ts[j] = qh->key_bias ? fmaf(dot, mult, qh->key_bias[j]) : dot * mult;
-        }
+        float *ps = prob + s * nk, *cs = tile_ceiling + s * tiles;
         float c = -INFINITY;
         for (int64_t tile = 0; tile < tiles; tile++) {
             const int64_t j0 = tile * VCATTN_TILE, j1 = j0 + VCATTN_TILE < nk ? j0 + VCATTN_TILE : nk;
             float m = -INFINITY;
-            for (int64_t j = j0; j < j1; j++) m = fmaxf(m, ts[j]);
-            tile_ceiling[tile] = ceilf(m);
-            double sum = 0.0;
-            for (int64_t j = j0; j < j1; j++) sum += vsmooth_probe_prob(ts[j], tile_ceiling[tile]);
+            for (int64_t j = j0; j < j1; j++) {  /* the score as the kernel forms it */
+                const float dot = dot8(qv, kv->k.val + j * d, d), mult = qmul * kv->k.mul[j];
+                ps[j] = qh->key_bias ? fmaf(dot, mult, qh->key_bias[j]) : dot * mult;
+                m = fmaxf(m, ps[j]);
+            }
+            cs[tile] = ceilf(m);
+            double sum = 0.0, sq = 0.0;
+            for (int64_t j = j0; j < j1; j++) {
+                ps[j] = vsmooth_probe_prob(ps[j], cs[tile]);
+                sum += ps[j];
+                sq += (double)ps[j] * ps[j];
+            }
             tile_sum[tile] = sum;
-            c = fmaxf(c, tile_ceiling[tile]);
+            tile_sq[tile] = sq;
+            c = fmaxf(c, cs[tile]);
         }
         double l = 0.0, q2 = 0.0;
-        for (int64_t tile = 0; tile < tiles; tile++) {  /* a NaN score (unchecked input) shifts by -200 */
-            const float shift = tile_ceiling[tile] - c;
-            l += ldexp(tile_sum[tile], shift >= -200.0f ? (int)shift : -200);
-        }
-        for (int64_t j = 0; j < nk; j++) {
-            const double e = vsmooth_probe_prob(ts[j], c);
-            q2 += e * e;
+        for (int64_t tile = 0; tile < tiles; tile++) {
+            const int shift = vsmooth_probe_shift(cs[tile], c);
+            l += ldexp(tile_sum[tile], shift);
+            q2 += ldexp(tile_sq[tile], 2 * shift);
         }
         ceiling[s] = c;
         inv_l2[s] = 1.0 / (l * l);
@@ -283,14 +285,15 @@ static vcattn_status probe_and_quantize_values(const problem *p, int64_t g) {
     for (int64_t j = 0; j < nk; j++) {
         double half[2] = {0.0, 0.0};  /* even and odd probe rows */
         for (int s = 0; s < rows; s++) {
-            const double e = vsmooth_probe_prob(t[s * nk + j], ceiling[s]);
-            half[s & 1] += e * e * inv_l2[s];
+            const double e = prob[s * nk + j];
+            const int shift = vsmooth_probe_shift(tile_ceiling[s * tiles + j / VCATTN_TILE], ceiling[s]);
+            half[s & 1] += ldexp(e * e, 2 * shift) * inv_l2[s];
         }
         weight[j] = vsmooth_probe_token_weight(half[0], half[1], mean_weight);
     }
     st = quantize_values(cfg->v_format, 1, cfg->sink_guard, kv->values, weight, nk, d, &kv->v);
 done:
-    free(t); free(weight); free(inv_l2); free(ceiling); free(tile_ceiling); free(tile_sum);
+    free(prob); free(tile_ceiling); free(weight); free(inv_l2); free(ceiling); free(tile_sum); free(tile_sq);
     free(kv->values);
     kv->values = NULL;
     return st;

@@ -51,16 +51,29 @@ VCATTN_HD int vsmooth_mean_worth_removing(double count, double mean2, double ene
  *   probe row s (0 <= s < S) is row vsmooth_probe_row(s, nq) of the group's
  *   query head s mod G (G query heads per key head); its score of key j is
  *   t_sj, in log2 units, as the attention kernel forms it;
- *   per 128-key tile: C_st = ceil(max_j t_sj); L_st = sum_j P(t_sj, C_st);
- *   C_s = max_t C_st; l_s = sum over t ascending of L_st 2^(C_st - C_s);
- *   Q_s = sum_j P(t_sj, C_s)^2; w_mean = (sum over s ascending of Q_s / l_s^2) / nk;
- *   w_j^even and w_j^odd = sum over the even (odd) s ascending of P(t_sj, C_s)^2 / l_s^2;
+ *   per 128-key tile t: C_st = ceil(max_j t_sj), e_sj = P(t_sj, C_st),
+ *   L_st = sum_j e_sj and S_st = sum_j e_sj^2 (exact in double);
+ *   C_s = max_t C_st; with k_st = vsmooth_probe_shift(C_st, C_s), over t ascending
+ *   l_s = sum L_st 2^k_st and Q_s = sum S_st 2^(2 k_st);
+ *   w_mean = (sum over s ascending of Q_s / l_s^2) / nk;
+ *   w_j^even (w_j^odd) = sum over the even (odd) s ascending of
+ *   e_sj^2 2^(2 k_st) (1 / l_s^2), t the tile of key j;
  *   token j weighs vsmooth_probe_token_weight(w_j^even, w_j^odd, w_mean) in
  *   its block's centre (sums in double in row order).
- * P(t, C) is the E4M3 probability ExpCast writes for score t under the row
- * maximum C (vsmooth_probe_prob): multiples of 2^-9 up to 256, so L_st and
- * Q_s are exact in double and every sum above is the same on both backends.
+ * P(t, C) is the E4M3 probability ExpCast writes for score t under the
+ * maximum C (vsmooth_probe_prob): multiples of 2^-9 up to 256, so the tile
+ * sums are exact, and the GPU, which keeps e as code bytes between its
+ * passes, forms every other sum in the same order: both backends agree to
+ * the bit.
  */
+
+/* 2^k_st rescales a tile's probabilities from its ceiling to the row's
+ * (integers, C_st <= C_s); past -200 (or NaN, from an unchecked input's
+ * scores) the tile counts as -200 binades down. */
+VCATTN_HD int vsmooth_probe_shift(float tile_ceiling, float row_ceiling) {
+    const float k = tile_ceiling - row_ceiling;
+    return k >= -200.0f ? (int)k : -200;
+}
 
 /* A token's weight in its block's centre: 1 (the plain mean), plus how far
  * both halves of the probe rows together put it past VSMOOTH_PROBE_HEAVY
