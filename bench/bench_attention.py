@@ -152,7 +152,7 @@ def gpu_ms(fn, reps):
     return sum(e.device_time for e in profiled(fn, reps) if e.device_type == DeviceType.CUDA) / 1e3 / reps
 
 
-def bench_shape(vc, name, shape, reps, check_finite=0, method="vc"):
+def bench_shape(vc, name, shape, reps, check_finite=0, method="vc", probe_rows=0):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
     b, h, n, d = shape
@@ -218,6 +218,13 @@ def bench_shape(vc, name, shape, reps, check_finite=0, method="vc"):
     # Wan2.2 where bench_grouping.py's five calls read +10% (2026-12-03).
     row["vc_grouping_ms"] = time_ms(warm_group, reps)
     row["vc_dropin_ms"] = time_ms(lambda: vc(q, k, v, out, cfg), reps)
+    if probe_rows:  # the attention probe's cost, in this process: plain step and drop-in again with it
+        cfg_p = vc.config(method, check_finite)
+        cfg_p.vsmooth_probe_rows = probe_rows
+        vc.lib.vcattn_layer_set_step(layer, 1)
+        row["vc_probe_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg_p, layer), reps)
+        row["vc_probe_dropin_ms"] = time_ms(lambda: vc(q, k, v, out, cfg_p), reps)
+        row["vc_call_again_ms"] = time_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
     cfg2 = vc.config("sage2", check_finite)
     row["sage2_ours_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg2), reps)
     vc.lib.vcattn_layer_destroy(layer)
@@ -248,12 +255,15 @@ def main():
     ap.add_argument("--check-finite", action="store_true",
                     help="time calls with the input checks on (the library's default; off here by default)")
     ap.add_argument("--method", default="vc", help="the method timed as 'vc' (e.g. vc+qsmooth)")
+    ap.add_argument("--probe-rows", type=int, default=0,
+                    help="also time vc with V-Smooth's attention probe of this many rows (plain step, drop-in)")
     args = ap.parse_args()
     vc = Vcattn(args.lib)
     rows = []
     for name in args.shapes.split(","):
         print("bench %s ..." % name, file=sys.stderr)
-        rows.append(bench_shape(vc, name, shape_of(name), args.reps, int(args.check_finite), args.method))
+        rows.append(bench_shape(vc, name, shape_of(name), args.reps, int(args.check_finite), args.method,
+                                args.probe_rows))
         torch.cuda.empty_cache()
     print("TFLOP/s (ratio to cuDNN BF16), medians of %d runs" % args.reps)
     peers = [(k, label) for k, label in (("sage2_ms", "SA2 call"), ("fa3_ms", "FA3 bf16"),
@@ -279,6 +289,11 @@ def main():
               "(%.3f x the GPU time)" % ("", r["public_ms"], base / r["public_ms"] if base else 0,
                                           r["public_gpu_ms"], r["public_burst20_ms"],
                                           r["public_burst20_ms"] / r["public_gpu_ms"]))
+        if r.get("vc_probe_call_ms"):
+            plain = 0.5 * (r["vc_call_ms"] + r["vc_call_again_ms"])  # before and after the probe's runs
+            print("%-14s with the attention probe: plain step %.3f ms (%+.2f%% over %.3f), drop-in %.3f ms "
+                  "(%+.2f%%)" % ("", r["vc_probe_call_ms"], 100 * (r["vc_probe_call_ms"] / plain - 1), plain,
+                                 r["vc_probe_dropin_ms"], 100 * (r["vc_probe_dropin_ms"] / r["vc_dropin_ms"] - 1)))
         if r.get("sage2_ms"):
             print("%-14s vc call speed / SageAttention2 call speed: %.2fx (drop-in %.2fx)" %
                   ("", r["sage2_ms"] / r["vc_call_ms"], r["sage2_ms"] / r["vc_dropin_ms"]))

@@ -21,6 +21,9 @@ def main():
     ap.add_argument("--method", default="vc")
     ap.add_argument("--calls", type=int, default=4)
     ap.add_argument("--lib", default=None)
+    ap.add_argument("--probe-rows", type=int, default=0, help="V-Smooth's attention probe rows (0: off)")
+    ap.add_argument("--kernels", action="store_true",
+                    help="then print each kernel's GPU time in one more plain step (torch.profiler, CUPTI)")
     args = ap.parse_args()
     vc = Vcattn(args.lib)
     b, h, n, d = SHAPES[args.shape]
@@ -28,10 +31,17 @@ def main():
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     out = torch.empty_like(q)
     cfg, layer = vc.config(args.method), vc.layer(40)
+    cfg.vsmooth_probe_rows = args.probe_rows
     for call in range(args.calls):
         vc.lib.vcattn_layer_set_step(layer, min(call, 1))
         vc(q, k, v, out, cfg, layer)
     torch.cuda.synchronize()
+    if args.kernels:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            vc(q, k, v, out, cfg, layer)
+            torch.cuda.synchronize()
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14))
     vc.lib.vcattn_layer_destroy(layer)
 
 

@@ -224,7 +224,7 @@ typedef struct {
      * attention sink) keeps FP8's relative precision; blocks without such a
      * token keep the plain mean bit for bit. FP8 values only. In
      * [0, VCATTN_MAX_PROBE_ROWS], 0 = the plain block mean (the paper),
-     * default 0; the cpu backend only for now (docs/fidelity.md) */
+     * default 0 (docs/fidelity.md) */
     int vsmooth_probe_rows;
 } vcattn_config;
 

@@ -287,7 +287,7 @@ static vcattn_status probe_and_quantize_values(const problem *p, int64_t g) {
         for (int s = 0; s < rows; s++) {
             const double e = prob[s * nk + j];
             const int shift = vsmooth_probe_shift(tile_ceiling[s * tiles + j / VCATTN_TILE], ceiling[s]);
-            half[s & 1] += ldexp(e * e, 2 * shift) * inv_l2[s];
+            half[s & 1] += e * e * ldexp(inv_l2[s], 2 * shift);
         }
         weight[j] = vsmooth_probe_token_weight(half[0], half[1], mean_weight);
     }

@@ -137,11 +137,6 @@ vcattn_status check_supported(vcattn_context *ctx, const vcattn_config *cfg, int
                            "cuda backend: the sm_90a kernel runs INT8 Q/K, FP8 P (cast or ExpCast) and "
                            "per-channel FP8 V (methods sage2, vsmooth, vc, each +hadamard); use the cpu "
                            "backend for the other formats");
-    if (cfg->vsmooth_probe_rows > 0 && plan != VCATTN_GROUP_NONE)
-        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
-                           "cuda backend: V-Smooth's attention probe (vsmooth_probe_rows = %d) runs on the cpu "
-                           "backend only; set it to 0 here",
-                           cfg->vsmooth_probe_rows);
     if ((plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM) && clusters > 32)
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
                            "cuda backend: k-means runs with at most 32 clusters, got %d", clusters);
@@ -331,6 +326,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     const size_t mean_partials = k_channel_mean_partials((int)c.B, (int)c.Hkv, (int)Nk, (int)D);
     const int rg = c.regroup, qs = cfg->q_smoothing, pr = c.plan == VCATTN_GROUP_PRINCIPAL;
     const size_t splits = pr ? (size_t)principal_splits((int)kvh, (int)Nk) : 0;
+    const size_t S = c.grouped ? (size_t)cfg->vsmooth_probe_rows : 0;  // the attention probe's rows
     const size_t sort_bytes = pr ? principal_sort_bytes((int)kvh, (int)Nk) : 0;
     const size_t q_partials = k_channel_mean_partials((int)c.B, (int)c.Hq, (int)Nq, (int)D);
     const bool reads_means =
@@ -348,7 +344,9 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         qs ? qh * D * 4 : 0, qs ? q_partials * 8 : 0, qs ? qh * T * VC_KV_ROWS * 4 : 0,  // Q smoothing
         kvh * splits * D * 8, kvh * splits * D * D * 4, pr ? kvh * D * 4 : 0, pr ? kvh * D * 4 : 0,  // principal order
         pr ? kvh * 4 : 0, pr ? kvh * 4 : 0,
-        pr ? kvh * Nk * 8 : 0, pr ? kvh * Nk * 8 : 0, pr ? kvh * Nk * 4 : 0, sort_bytes};
+        pr ? kvh * Nk * 8 : 0, pr ? kvh * Nk * 8 : 0, pr ? kvh * Nk * 4 : 0, sort_bytes,
+        kvh * T * S * VC_KV_ROWS, kvh * S * T * 4, kvh * S * T * 8, kvh * S * T * 8, kvh * S * T * 8,  // the probe
+        kvh * S * 4, kvh * S * 8, S ? kvh * 8 : 0};
     size_t total = 0;
     for (size_t sz : sizes) total += (sz + 255) & ~size_t(255);
     cudaError_t err = cs.alloc((void **)&cs.work, total);
@@ -402,6 +400,17 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         pw.sort_temp = cs.take<uint8_t>(sort_bytes);
         pw.sort_bytes = sort_bytes;
     }
+    probe_args probe = {};
+    if (S) {
+        probe.codes = cs.take<uint8_t>(kvh * T * S * VC_KV_ROWS);
+        probe.tile_ceiling = cs.take<float>(kvh * S * T);
+        probe.tile_sum = cs.take<double>(kvh * S * T);
+        probe.tile_sq = cs.take<double>(kvh * S * T);
+        probe.tile_factor = cs.take<double>(kvh * S * T);
+        probe.row_ceiling = cs.take<float>(kvh * S);
+        probe.inv_l2 = cs.take<double>(kvh * S);
+        probe.mean_weight = cs.take<double>(kvh);
+    }
     if ((err = cudaMemsetAsync(op->flag, 0, 4 * sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
 
     const float sm_scale = c.sm_scale;
@@ -444,9 +453,19 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         (err = quantize_q(in.q, in.qrope, cq, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
                           op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, max_norm,
                           qmean, cs.stream)) ||
-        (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * VCATTN_LOG2E, cfg->hadamard, ck, cs.stream))) ||
-        (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->tile_mean, tile_hi, tile_lo, chan_inv,
-                          op->chan_mul, chan_pre, op->chan_pow2, op->v_records, op->v_mean_images, cs.stream)))
+        (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * VCATTN_LOG2E, cfg->hadamard, ck, cs.stream))))
+        return cs.cuda_fail(err, "quantization");
+    if (S) {  // V's block centres weighted by the attention the probe rows give each token
+        probe.q_codes = op->q_codes; probe.q_mul = op->q_mul;
+        probe.k_codes = op->k_codes; probe.k_mul = op->k_mul; probe.key_bias = op->key_bias;
+        probe.batch = (int)c.B; probe.heads_q = (int)c.Hq; probe.heads_kv = (int)c.Hkv;
+        probe.tokens_q = (int)Nq; probe.tokens_k = (int)Nk; probe.q_tiles = (int)QT; probe.rows = (int)S;
+        probe.score_mul = sm_scale * VCATTN_LOG2E;
+        if ((err = attention_probe(probe, (int)D, cs.stream))) return cs.cuda_fail(err, "attention probe");
+    }
+    if ((err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, S ? &probe : nullptr, op->tile_mean, tile_hi,
+                          tile_lo, chan_inv, op->chan_mul, chan_pre, op->chan_pow2, op->v_records,
+                          op->v_mean_images, cs.stream)))
         return cs.cuda_fail(err, "quantization");
     return VCATTN_OK;
 }

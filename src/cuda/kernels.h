@@ -66,15 +66,40 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
 cudaError_t check_score_bound(const float *max_norm, float score_mul, int hadamard, const quant_common &c,
                               cudaStream_t stream);
 
+// V-Smooth's attention probe (probe.cu; vsmooth.h states the arithmetic):
+// `rows` query rows per key head scored with the INT8 codes of Q and K (their
+// tile layouts, multipliers, and Q smoothing's per-key terms when not NULL),
+// score_mul = sm_scale log2(e). Out: the probabilities as code bytes
+// [B*Hkv][T][rows][128]; per (head, row, tile) the ceiling and the two exact
+// sums [B*Hkv][rows][T]; per (head, row) the row's ceiling and 1 / l^2, and
+// per (head, row, tile) the factor f of the tile's squared probabilities; the
+// head's mean weight [B*Hkv]. quantize_v forms each token's weight from them.
+struct probe_args {
+    const int8_t *q_codes;
+    const float *q_mul;
+    const int8_t *k_codes;
+    const float *k_mul;
+    const float *key_bias;
+    int batch, heads_q, heads_kv, tokens_q, tokens_k, q_tiles, rows;
+    float score_mul;
+    uint8_t *codes;
+    float *tile_ceiling;
+    double *tile_sum, *tile_sq, *tile_factor;
+    float *row_ceiling;
+    double *inv_l2, *mean_weight;
+};
+cudaError_t attention_probe(const probe_args &a, int head_dim, cudaStream_t stream);
+
 // V: gather by perm (may be NULL), block means (when demean; 0 for a block
 // the sink guard keeps, as the CPU decides), per-channel E4M3 residual
 // written transposed with the block means; with mean_images (or NULL) the
 // means also as the mean wgmma's images. Workspace: T*D floats x 3, D x 2.
 // Per channel out: chan_mul (the E4M3 scale, with 1 / l in the epilogue) and
 // chan_pow2 (2^k of the pre-scale near the float limits, applied last).
+// probe: the attention probe's outputs, weighting each block's mean, or NULL.
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean, float sink_guard,
-                       float *tile_mean, float *tile_hi, float *tile_lo, float *chan_inv, float *chan_mul,
-                       float *chan_pre, float *chan_pow2, uint8_t *records, uint8_t *mean_images,
+                       const probe_args *probe, float *tile_mean, float *tile_hi, float *tile_lo, float *chan_inv,
+                       float *chan_mul, float *chan_pre, float *chan_pow2, uint8_t *records, uint8_t *mean_images,
                        cudaStream_t stream);
 
 // k-means over the value tokens of each (batch, head), then the stable

@@ -395,7 +395,36 @@ struct v_args {
     float *tile_mean, *tile_hi, *tile_lo, *chan_inv, *chan_mul, *chan_pre, *chan_pow2;
     uint8_t *records;
     uint8_t *mean_images;  // or NULL (operand_layout.h)
+    probe_args probe;      // the attention probe's outputs when probe.rows > 0
 };
+
+// The weights of tile `tile`'s tokens in its centre from the attention
+// probe's codes and factors (vsmooth.h), staged 64 probe rows at a time:
+// thread r sums its token's even and odd rows in s order, as the CPU. Every
+// thread of the block calls it (it synchronizes).
+__device__ void probe_weights(const probe_args &p, int64_t head, int tile, int tiles, int count, double *weight) {
+    constexpr int kRows = 64;
+    __shared__ alignas(16) uint8_t codes_s[kRows * VC_KV_ROWS];
+    __shared__ double factor_s[kRows];
+    double half[2] = {0.0, 0.0};
+    const int r = threadIdx.x;
+    for (int base = 0; base < p.rows; base += kRows) {
+        const int here = min(kRows, p.rows - base);
+        __syncthreads();  // the previous rows are read
+        const uint4 *src = reinterpret_cast<const uint4 *>(
+            p.codes + ((head * tiles + tile) * (int64_t)p.rows + base) * VC_KV_ROWS);
+        for (int c = threadIdx.x; c < here * VC_KV_ROWS / 16; c += blockDim.x)
+            reinterpret_cast<uint4 *>(codes_s)[c] = src[c];
+        if (threadIdx.x < here) factor_s[threadIdx.x] = p.tile_factor[(head * p.rows + base + threadIdx.x) * tiles + tile];
+        __syncthreads();
+        if (r < count)
+            for (int s = 0; s < here; s++) {
+                const double e = vcattn_e4m3_decode(codes_s[s * VC_KV_ROWS + r]);
+                half[(base + s) & 1] += e * e * factor_s[s];
+            }
+    }
+    if (r < count) weight[r] = vsmooth_probe_token_weight(half[0], half[1], p.mean_weight[head]);
+}
 
 // The tile's block mean (double, row order, as the CPU) and the range of
 // each channel, from one read of the rows (v_scales_kernel turns them into
@@ -407,23 +436,29 @@ struct v_args {
 __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     extern __shared__ float rows[];  // [128][D + 4]
     __shared__ float mean_s[kMaxHeadDim], hi_s[kMaxHeadDim], lo_s[kMaxHeadDim];
-    __shared__ double energy_s[VC_KV_ROWS], mean2_s;
+    __shared__ double energy_s[VC_KV_ROWS], mean2_s, weight_s[VC_KV_ROWS];
     __shared__ int keep_s;
     const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim, ld = d + 4;
     const int64_t head = (int64_t)b * a.c.heads + h;
     const int n0 = tile * VC_KV_ROWS, count = min(VC_KV_ROWS, a.c.tokens - n0);
+    const bool weighted = a.demean && a.probe.rows > 0;
+    if (weighted) probe_weights(a.probe, head, tile, gridDim.x, count, weight_s);
     load_tile(a.v, a.c, b, h, a.perm, n0, count, rows, ld);
     __syncthreads();
     for (int ch = threadIdx.x; ch < d; ch += kRowThreads) {
-        double s = 0.0;
+        double s = 0.0, total = (double)count;
         float hi = -INFINITY, lo = INFINITY;
+        if (weighted) {  // the probe's centre (vsmooth.h), in double in row order as the CPU
+            total = 0.0;
+            for (int r = 0; r < count; r++) total += weight_s[r];
+        }
         for (int r = 0; r < count; r++) {
             const float x = rows[r * ld + ch];
-            s += x;
+            s += weighted ? weight_s[r] * (double)x : (double)x;
             hi = fmaxf(hi, x);
             lo = fminf(lo, x);
         }
-        mean_s[ch] = a.demean ? (float)(s / (double)count) : 0.0f;
+        mean_s[ch] = a.demean ? (float)(s / total) : 0.0f;
         hi_s[ch] = hi;
         lo_s[ch] = lo;
     }
@@ -640,12 +675,12 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
 }
 
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean,
-                       float sink_guard, float *tile_mean, float *tile_hi, float *tile_lo, float *chan_inv,
-                       float *chan_mul, float *chan_pre, float *chan_pow2, uint8_t *records,
+                       float sink_guard, const probe_args *probe, float *tile_mean, float *tile_hi, float *tile_lo,
+                       float *chan_inv, float *chan_mul, float *chan_pre, float *chan_pow2, uint8_t *records,
                        uint8_t *mean_images, cudaStream_t stream) {
     const int tiles = (c.tokens + VC_KV_ROWS - 1) / VC_KV_ROWS;
     v_args a = {v, c, perm, demean, sink_guard, tile_mean, tile_hi, tile_lo, chan_inv, chan_mul, chan_pre,
-                chan_pow2, records, mean_images};
+                chan_pow2, records, mean_images, probe ? *probe : probe_args{}};
     const dim3 grid(tiles, c.heads, c.batch);
     const int smem = VC_KV_ROWS * (c.head_dim + 4) * (int)sizeof(float);
     cudaError_t err;

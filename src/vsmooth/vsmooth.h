@@ -57,7 +57,7 @@ VCATTN_HD int vsmooth_mean_worth_removing(double count, double mean2, double ene
  *   l_s = sum L_st 2^k_st and Q_s = sum S_st 2^(2 k_st);
  *   w_mean = (sum over s ascending of Q_s / l_s^2) / nk;
  *   w_j^even (w_j^odd) = sum over the even (odd) s ascending of
- *   e_sj^2 2^(2 k_st) (1 / l_s^2), t the tile of key j;
+ *   e_sj^2 f_st, f_st = (1 / l_s^2) 2^(2 k_st), t the tile of key j;
  *   token j weighs vsmooth_probe_token_weight(w_j^even, w_j^odd, w_mean) in
  *   its block's centre (sums in double in row order).
  * P(t, C) is the E4M3 probability ExpCast writes for score t under the
@@ -97,10 +97,14 @@ VCATTN_HD int64_t vsmooth_probe_row(int s, int64_t nq) {
     return (int64_t)(((uint64_t)f * (uint64_t)nq) >> 32);
 }
 
-/* ExpCast's probability (beta 0, row maximum C at code 120 = 256) of a
- * log2-domain score t: one FMA, as the kernel writes it. */
+/* ExpCast's byte (beta 0, the maximum C at code 120 = 256) of a log2-domain
+ * score t, one FMA as the kernel writes it, and the probability it holds. */
+VCATTN_HD uint8_t vsmooth_probe_code(float t, float ceiling) {
+    return vcattn_expcast_code(fmaf(t, 8.0f, VCATTN_EXPCAST_MAX_CODE - 8.0f * ceiling));
+}
+
 VCATTN_HD float vsmooth_probe_prob(float t, float ceiling) {
-    return vcattn_e4m3_decode(vcattn_expcast_code(fmaf(t, 8.0f, VCATTN_EXPCAST_MAX_CODE - 8.0f * ceiling)));
+    return vcattn_e4m3_decode(vsmooth_probe_code(t, ceiling));
 }
 
 /*

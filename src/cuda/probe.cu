@@ -1,0 +1,181 @@
+// V-Smooth's attention probe (src/vsmooth/vsmooth.h states the arithmetic):
+// S sampled query rows scored against every key with the call's INT8 codes,
+// their ExpCast probabilities kept as code bytes, then per-row sums; the
+// weights themselves are formed in v_stats_kernel (quantize.cu), tile by
+// tile, from what these two kernels leave. Same sums in the same order as
+// the CPU's probe_and_quantize_values: the weights agree to the bit. Compiled
+// with -fmad=false, as quantize.cu.
+#include "kernels.h"
+#include "operand_layout.h"
+#include "../formats/formats.h"
+#include "../vsmooth/vsmooth.h"
+
+namespace {
+
+constexpr int kThreads = 256;      // two threads per key of a tile: even and odd probe rows
+constexpr int kRowsPerPass = 64;   // probe rows scored per pass over the tile (32 per thread)
+constexpr int kPerThread = kRowsPerPass / 2;
+
+__device__ __forceinline__ float warp_max_f(float v) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum_d(double v) {  // exact here: multiples of 2^-18, far below 2^53
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// One 128-key tile of one key head against the probe rows, kRowsPerPass at a
+// time: thread (parity, key j) scores rows s = base + parity + 2m. Writes the
+// code bytes [head][tile][S][128], and per (row, tile) the ceiling C_st and
+// the exact sums L_st, S_st ([head][S][T]).
+template <int D>
+__global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
+    constexpr int KLD = D + 4;  // bytes per staged key row: 4-byte columns fall in distinct banks
+    __shared__ alignas(16) int8_t keys[VC_KV_ROWS * KLD];
+    __shared__ alignas(16) int8_t rows[kRowsPerPass * D];
+    __shared__ float row_mul[kRowsPerPass];
+    __shared__ int row_head[kRowsPerPass];
+    __shared__ float part_max[8][kPerThread];
+    __shared__ double part_sum[8][kPerThread], part_sq[8][kPerThread];
+    __shared__ float row_ceiling[kRowsPerPass];
+    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tiles = gridDim.x;
+    const int64_t head = (int64_t)b * a.heads_kv + h;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j = threadIdx.x & (VC_KV_ROWS - 1), parity = threadIdx.x >> 7;
+    const int count = min(VC_KV_ROWS, a.tokens_k - tile * VC_KV_ROWS);
+    const int group = a.heads_q / a.heads_kv;
+
+    const int8_t *ktile = a.k_codes + (head * tiles + tile) * (int64_t)VC_KV_ROWS * D;
+    for (int c = threadIdx.x; c < VC_KV_ROWS * D / 16; c += kThreads) {  // tile image -> row-major
+        uint32_t r, col;
+        vc_tile_coords((uint32_t)c * 16, VC_KV_ROWS, &r, &col);
+        const uint4 v = *reinterpret_cast<const uint4 *>(ktile + c * 16);
+        uint32_t *dst = reinterpret_cast<uint32_t *>(keys + r * KLD + col);
+        dst[0] = v.x; dst[1] = v.y; dst[2] = v.z; dst[3] = v.w;
+    }
+    const float kmul = a.k_mul[(head * tiles + tile) * 4 + ((j & 7) >> 1)];
+
+    for (int base = 0; base < a.rows; base += kRowsPerPass) {
+        __syncthreads();  // the previous pass is done with rows[] and row_ceiling[]
+        for (int c = threadIdx.x; c < kRowsPerPass * D / 16; c += kThreads) {
+            const int r = c / (D / 16), col = (c % (D / 16)) * 16, s = base + r;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (s < a.rows) {
+                const int64_t qh = (int64_t)b * a.heads_q + (int64_t)h * group + s % group;
+                const int64_t i = vsmooth_probe_row(s, a.tokens_q);
+                const int8_t *qtile = a.q_codes + (qh * a.q_tiles + i / VC_Q_ROWS) * (int64_t)VC_Q_ROWS * D;
+                v = *reinterpret_cast<const uint4 *>(qtile + vc_tile_offset((uint32_t)(i % VC_Q_ROWS), col, VC_Q_ROWS));
+            }
+            *reinterpret_cast<uint4 *>(rows + r * D + col) = v;
+        }
+        if (threadIdx.x < kRowsPerPass) {
+            const int s = base + threadIdx.x;
+            const int64_t qh = (int64_t)b * a.heads_q + (int64_t)h * group + s % group;
+            const int64_t i = s < a.rows ? vsmooth_probe_row(s, a.tokens_q) : 0;
+            row_mul[threadIdx.x] = a.q_mul[qh * a.q_tiles * VC_Q_ROWS + i] * a.score_mul;
+            row_head[threadIdx.x] = (int)qh;
+        }
+        __syncthreads();
+
+        int acc[kPerThread] = {};
+        const int *krow = reinterpret_cast<const int *>(keys + j * KLD);
+#pragma unroll 4
+        for (int x = 0; x < D / 4; x++) {
+            const int kw = krow[x];
+#pragma unroll
+            for (int m = 0; m < kPerThread; m++)
+                acc[m] = __dp4a(reinterpret_cast<const int *>(rows + (parity + 2 * m) * D)[x], kw, acc[m]);
+        }
+        float t[kPerThread];
+#pragma unroll
+        for (int m = 0; m < kPerThread; m++) {  // the score as the attention kernel forms it
+            const int r = parity + 2 * m;
+            const float mult = row_mul[r] * kmul;
+            const float *bias = a.key_bias ? a.key_bias + ((int64_t)row_head[r] * tiles + tile) * VC_KV_ROWS : nullptr;
+            t[m] = bias ? fmaf((float)acc[m], mult, bias[j]) : (float)acc[m] * mult;
+            if (j >= count) t[m] = -INFINITY;
+            const float wmax = warp_max_f(t[m]);
+            if (lane == 0) part_max[warp][m] = wmax;
+        }
+        __syncthreads();
+        if (threadIdx.x < kRowsPerPass) {  // row r's warps: 4 (r & 1) .. 4 (r & 1) + 3
+            const int r = threadIdx.x, w0 = 4 * (r & 1), m = r >> 1;
+            float mx = part_max[w0][m];
+            for (int w = 1; w < 4; w++) mx = fmaxf(mx, part_max[w0 + w][m]);
+            row_ceiling[r] = ceilf(mx);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < kPerThread; m++) {
+            const int r = parity + 2 * m, s = base + r;
+            const uint8_t code = j < count ? vsmooth_probe_code(t[m], row_ceiling[r]) : 0;
+            if (s < a.rows) a.codes[((head * tiles + tile) * a.rows + s) * VC_KV_ROWS + j] = code;
+            const double e = vcattn_e4m3_decode(code);
+            const double sum = warp_sum_d(e), sq = warp_sum_d(e * e);
+            if (lane == 0) {
+                part_sum[warp][m] = sum;
+                part_sq[warp][m] = sq;
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x < kRowsPerPass && base + (int)threadIdx.x < a.rows) {
+            const int r = threadIdx.x, w0 = 4 * (r & 1), m = r >> 1, s = base + r;
+            double sum = 0.0, sq = 0.0;
+            for (int w = 0; w < 4; w++) {
+                sum += part_sum[w0 + w][m];
+                sq += part_sq[w0 + w][m];
+            }
+            const int64_t at = (head * a.rows + s) * tiles + tile;
+            a.tile_ceiling[at] = row_ceiling[r];
+            a.tile_sum[at] = sum;
+            a.tile_sq[at] = sq;
+        }
+    }
+}
+
+// Per key head: thread s folds its row's tiles, ascending, into C_s and
+// 1 / l_s^2, and writes each tile's factor f_st; then the mean weight,
+// summed over s ascending.
+__global__ void __launch_bounds__(kThreads) probe_rows_kernel(probe_args a, int tiles) {
+    __shared__ double contribution[VCATTN_MAX_PROBE_ROWS];
+    const int64_t head = blockIdx.x;
+    for (int s = threadIdx.x; s < a.rows; s += blockDim.x) {
+        const int64_t row = (head * a.rows + s) * tiles;
+        float c = -INFINITY;
+        for (int t = 0; t < tiles; t++) c = fmaxf(c, a.tile_ceiling[row + t]);
+        double l = 0.0, q2 = 0.0;
+        for (int t = 0; t < tiles; t++) {
+            const int shift = vsmooth_probe_shift(a.tile_ceiling[row + t], c);
+            l += ldexp(a.tile_sum[row + t], shift);
+            q2 += ldexp(a.tile_sq[row + t], 2 * shift);
+        }
+        const double inv_l2 = 1.0 / (l * l);
+        for (int t = 0; t < tiles; t++)
+            a.tile_factor[row + t] = ldexp(inv_l2, 2 * vsmooth_probe_shift(a.tile_ceiling[row + t], c));
+        a.row_ceiling[head * a.rows + s] = c;
+        a.inv_l2[head * a.rows + s] = inv_l2;
+        contribution[s] = q2 * inv_l2;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double mean = 0.0;
+        for (int s = 0; s < a.rows; s++) mean += contribution[s];
+        a.mean_weight[head] = mean / (double)a.tokens_k;
+    }
+}
+
+}  // namespace
+
+cudaError_t attention_probe(const probe_args &a, int head_dim, cudaStream_t stream) {
+    const int tiles = (a.tokens_k + VC_KV_ROWS - 1) / VC_KV_ROWS;
+    const dim3 grid(tiles, a.heads_kv, a.batch);
+    if (head_dim == 128) probe_tile_kernel<128><<<grid, kThreads, 0, stream>>>(a);
+    else if (head_dim == 64) probe_tile_kernel<64><<<grid, kThreads, 0, stream>>>(a);
+    else return cudaErrorInvalidValue;
+    probe_rows_kernel<<<a.batch * a.heads_kv, kThreads, 0, stream>>>(a, tiles);
+    return cudaGetLastError();
+}
