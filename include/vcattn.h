@@ -164,7 +164,8 @@ typedef enum {
 #define VCATTN_MAX_KMEANS_CLUSTERS 4096
 #define VCATTN_MAX_KMEANS_ITERS 1000    /* the defaults are 10 and 5 */
 #define VCATTN_MAX_THREADS 1024
-#define VCATTN_MAX_PROBE_ROWS 256      /* 64 measured in docs/fidelity.md */
+#define VCATTN_MAX_PROBE_ROWS 256
+#define VCATTN_PROBE_ROWS 64           /* the "+probe" suffix's rows (docs/fidelity.md) */
 
 typedef struct {
     /* score path */
@@ -245,7 +246,10 @@ VCATTN_API size_t vcattn_config_size(void);
  * "vsmooth-4bit"; a "+hadamard" suffix (e.g. "sage2+hadamard") turns on the
  * QK Hadamard, then a "+qsmooth" suffix (e.g. "vc+qsmooth",
  * "sage2+hadamard+qsmooth") turns on q_smoothing (both backends; on the GPU
- * it costs the vc kernel 16-17%, so no preset has it by default). Names
+ * it costs the vc kernel 16-17%, so no preset has it by default), then, for
+ * "vc" and "vsmooth", a "+probe" suffix (e.g. "vc+probe") sets
+ * vsmooth_probe_rows to VCATTN_PROBE_ROWS (more faithful on sharp
+ * attention; 3.7% slower at Wan2.2 on the H100 for now). Names
  * match whatever the case of their letters ("VC+Hadamard").
  * Returns VCATTN_ERR_UNKNOWN_NAME for anything else.
  */

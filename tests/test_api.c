@@ -346,6 +346,15 @@ static void test_objects(void) {
           "sage2+hadamard+qsmooth");
     CHECK(vcattn_config_from_method("vc", &c) == VCATTN_OK && !c.q_smoothing, "vc: no Q smoothing by default");
     CHECK(vcattn_config_from_method("vc+qsmooth+hadamard", &c) == VCATTN_ERR_UNKNOWN_NAME, "suffixes in order");
+    CHECK(vcattn_config_from_method("vc+probe", &c) == VCATTN_OK && c.vsmooth_probe_rows == VCATTN_PROBE_ROWS &&
+          !c.q_smoothing, "vc+probe");
+    CHECK(vcattn_config_from_method("vsmooth+hadamard+qsmooth+probe", &c) == VCATTN_OK && c.hadamard &&
+          c.q_smoothing && c.vsmooth_probe_rows == VCATTN_PROBE_ROWS, "vsmooth+hadamard+qsmooth+probe");
+    CHECK(vcattn_config_from_method("vc", &c) == VCATTN_OK && c.vsmooth_probe_rows == 0, "vc: no probe by default");
+    CHECK(vcattn_config_from_method("sage2+probe", &c) == VCATTN_ERR_UNKNOWN_NAME &&
+          vcattn_config_from_method("vsmooth-4bit+probe", &c) == VCATTN_ERR_UNKNOWN_NAME &&
+          vcattn_config_from_method("vc+probe+qsmooth", &c) == VCATTN_ERR_UNKNOWN_NAME,
+          "+probe only last, and only on the FP8 V-Smooth methods");
     CHECK(vcattn_config_from_method("nosuch", &c) == VCATTN_ERR_UNKNOWN_NAME, "unknown method");
     CHECK(vcattn_config_from_method("+hadamard", &c) == VCATTN_ERR_UNKNOWN_NAME, "suffix alone");
     CHECK(vcattn_config_from_method(NULL, &c) == VCATTN_ERR_NULL_POINTER, "NULL method");

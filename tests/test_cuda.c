@@ -168,16 +168,10 @@ static void compare(const shape_t *s, const output_t *a, const output_t *b, cons
 /* A method's preset with ExpCast at every key count, so that the kernels'
  * ExpCast path runs at these test sizes (the fallback below
  * expcast_min_keys has its own test, run_expcast_min_keys). */
-/* A preset by name; a "+probe" suffix adds V-Smooth's attention probe (64 rows). */
 static vcattn_config method_config(const char *m) {
     vcattn_config c;
-    char name[64];
-    snprintf(name, sizeof name, "%s", m);
-    char *probe = strstr(name, "+probe");
-    if (probe) *probe = 0;
-    vcattn_config_from_method(name, &c);
+    vcattn_config_from_method(m, &c);
     c.expcast_min_keys = 0;
-    c.vsmooth_probe_rows = probe ? 64 : 0;
     return c;
 }
 

@@ -93,7 +93,7 @@ class PatchAttention:
     DESCRIPTION = ("Runs the model's attention through vcattn (INT8 QK, FP8 PV with V-Smooth); masked calls and "
                    "head dims vcattn lacks go to PyTorch SDPA.")
 
-    METHODS = ["vc", "vsmooth", "sage2", "sage2+hadamard"]  # the 8-bit methods the GPU kernel runs
+    METHODS = ["vc", "vc+probe", "vsmooth", "sage2", "sage2+hadamard"]  # the 8-bit methods the GPU kernel runs
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:

@@ -145,11 +145,14 @@ static int strip_suffix(const char *method, size_t *len, const char *suffix) {
 vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg) {
     if (!method || !cfg) return VCATTN_ERR_NULL_POINTER;
     size_t base_len = strlen(method);
+    int probe = strip_suffix(method, &base_len, "+probe");
     int q_smoothing = strip_suffix(method, &base_len, "+qsmooth");
     int hadamard = strip_suffix(method, &base_len, "+hadamard");
     for (size_t i = 0; i < NUM_METHODS; i++) {
         const method_preset *m = &METHODS[i];
         if (strlen(m->name) != base_len || !same_name(m->name, method, base_len)) continue;
+        /* the probe weights FP8 V-Smooth's centres: a name that would not use it is refused */
+        if (probe && (!m->vsmooth || m->v != VCATTN_V_FP8_CHANNEL)) return VCATTN_ERR_UNKNOWN_NAME;
         vcattn_config c = vcattn_config_default();
         c.qk_format = m->qk;
         c.k_smoothing = m->k_smoothing;
@@ -158,6 +161,7 @@ vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg) 
         c.vsmooth = m->vsmooth;
         c.hadamard = hadamard;
         c.q_smoothing = q_smoothing;
+        c.vsmooth_probe_rows = probe ? VCATTN_PROBE_ROWS : 0;
         *cfg = c;
         return VCATTN_OK;
     }
