@@ -8,6 +8,7 @@ SageAttention2 (or our sage2 when it is not importable) per layer, and the
 geometric-mean margin.
 
     python bench/bench_real_layers.py [--dir tests/data] [--dir DIR ...] [--json F]
+    python bench/bench_real_layers.py --device cpu     # the CPU backend (smoke run of the script)
 """
 import argparse
 import glob
@@ -21,9 +22,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from needs import torch_or_exit  # noqa: E402
+from needs import cuda_or_exit, torch_or_exit  # noqa: E402
 
-torch = torch_or_exit("bench_real_layers")
+torch = torch_or_exit("bench_real_layers", cuda=False)
 import numpy as np  # noqa: E402
 
 import vcattn  # noqa: E402
@@ -62,18 +63,22 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", action="append", default=None, help="folder of <layer>-{q,k,v}.npy (repeatable)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
-    try:
-        from sageattention import sageattn
-    except ImportError:
-        sageattn = None
+    cuda_or_exit("bench_real_layers", args.device)
+    sageattn = None
+    if args.device == "cuda":
+        try:
+            from sageattention import sageattn
+        except ImportError:
+            pass
     table = methods(sageattn)
     names = [n for n, _ in table]
     base = "SageAttention2" if sageattn is not None else "sage2 (ours)"
     results = {}
     for path in layers(args.dir or [os.path.join(ROOT, "tests", "data")]):
         name = os.path.basename(path)
-        q, k, v = (torch.from_numpy(np.load(path + s).astype(np.float32)).cuda().to(torch.bfloat16)
+        q, k, v = (torch.from_numpy(np.load(path + s).astype(np.float32)).to(args.device, torch.bfloat16)
                    for s in ("-q.npy", "-k.npy", "-v.npy"))
         d = q.shape[-1]
         qd, kd, vd = (x.double() for x in (q, k, v))
@@ -86,7 +91,8 @@ def main():
                 print("  %s on %s: %s" % (label, name, str(e).splitlines()[0]), file=sys.stderr)
                 row[label] = None
         results[name] = row
-    print("SNR in dB against FP64 (BF16 inputs), %s, torch %s" % (torch.cuda.get_device_name(), torch.__version__))
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    print("SNR in dB against FP64 (BF16 inputs), %s, torch %s" % (device, torch.__version__))
     print(("%-24s" + " %18s" * len(names)) % (("layer",) + tuple(names)))
     margins = {n: [] for n in names if n.startswith("vc")}
     for name, row in results.items():
@@ -107,7 +113,7 @@ def main():
                   (n, base, sum(m) / len(m), min(m), sum(x < 0 for x in m), len(m)))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "base": base,
+            json.dump({"device": device, "date": time.strftime("%Y-%m-%d"), "base": base,
                        "layers": results}, f, indent=1)
 
 

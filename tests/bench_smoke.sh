@@ -1,7 +1,8 @@
 #!/bin/sh
 # The GPU benchmarks' own code on the CPU, on tiny models, so a run of record
 # on the device does not find them broken: bench_transformer.py and
-# bench_compile.py with --tiny --device cpu. Skips (77) without torch and
+# bench_compile.py with --tiny --device cpu, bench_real_layers.py on the
+# captured layers of tests/data on the CPU. Skips (77) without torch and
 # diffusers. Usage: sh tests/bench_smoke.sh SOURCE_DIR PYTHON
 src=${1:?usage: sh tests/bench_smoke.sh SOURCE_DIR PYTHON}
 py=${2:-python3}
@@ -14,7 +15,8 @@ trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
 for bench in "bench_transformer.py --tiny --device cpu --reps 1 --steps 8" \
-             "bench_compile.py --tiny --device cpu --reps 1 --steps 8"; do
+             "bench_compile.py --tiny --device cpu --reps 1 --steps 8" \
+             "bench_real_layers.py --device cpu --dir $src/tests/data"; do
     name=${bench%% *}
     # shellcheck disable=SC2086
     if OMP_NUM_THREADS=2 "$py" "$src/bench/"$bench --json "$tmp/$name.json" >"$tmp/log" 2>&1 &&
