@@ -236,21 +236,20 @@ static vcattn_status probe_and_quantize_values(const problem *p, int64_t g) {
     const int rows = cfg->vsmooth_probe_rows;
     const int64_t nk = p->nk, d = p->d, tiles = (nk + VCATTN_TILE - 1) / VCATTN_TILE;
     const int64_t group = p->hq / p->hkv, gq0 = (g / p->hkv) * p->hq + (g % p->hkv) * group;
-    float *prob = malloc((size_t)(rows * nk) * sizeof(float));      /* P(t_sj, C_st) */
-    float *tile_ceiling = malloc((size_t)(rows * tiles) * sizeof(float));
+    float *prob = malloc((size_t)(rows * nk) * sizeof(float));        /* e_sj = P(t_sj, C_st) */
+    double *factor = malloc((size_t)(rows * tiles) * sizeof(double));  /* f_st */
     double *weight = malloc((size_t)nk * sizeof(double));
-    double *inv_l2 = malloc((size_t)rows * sizeof(double));
-    float *ceiling = malloc((size_t)rows * sizeof(float));
+    float *ceiling = malloc((size_t)tiles * sizeof(float));            /* C_st of the row at hand */
     double *tile_sum = malloc((size_t)tiles * sizeof(double)), *tile_sq = malloc((size_t)tiles * sizeof(double));
     vcattn_status st = VCATTN_ERR_OUT_OF_MEMORY;
-    if (!prob || !tile_ceiling || !weight || !inv_l2 || !ceiling || !tile_sum || !tile_sq) goto done;
+    if (!prob || !factor || !weight || !ceiling || !tile_sum || !tile_sq) goto done;
     double mean_weight = 0.0;
     for (int s = 0; s < rows; s++) {
         const q_head *qh = &p->qh[gq0 + s % group];
         const int64_t i = vsmooth_probe_row(s, p->nq);
         const float *qv = qh->q.val + i * d;
         const float qmul = qh->q.mul[i] * (p->sm_scale * VCATTN_LOG2E);
-        float *ps = prob + s * nk, *cs = tile_ceiling + s * tiles;
+        float *ps = prob + s * nk;
         float c = -INFINITY;
         for (int64_t tile = 0; tile < tiles; tile++) {
             const int64_t j0 = tile * VCATTN_TILE, j1 = j0 + VCATTN_TILE < nk ? j0 + VCATTN_TILE : nk;
@@ -260,40 +259,40 @@ static vcattn_status probe_and_quantize_values(const problem *p, int64_t g) {
                 ps[j] = qh->key_bias ? fmaf(dot, mult, qh->key_bias[j]) : dot * mult;
                 m = fmaxf(m, ps[j]);
             }
-            cs[tile] = ceilf(m);
+            ceiling[tile] = ceilf(m);
             double sum = 0.0, sq = 0.0;
             for (int64_t j = j0; j < j1; j++) {
-                ps[j] = vsmooth_probe_prob(ps[j], cs[tile]);
+                ps[j] = vsmooth_probe_prob(ps[j], ceiling[tile]);
                 sum += ps[j];
                 sq += (double)ps[j] * ps[j];
             }
             tile_sum[tile] = sum;
             tile_sq[tile] = sq;
-            c = fmaxf(c, cs[tile]);
+            c = fmaxf(c, ceiling[tile]);
         }
         double l = 0.0, q2 = 0.0;
         for (int64_t tile = 0; tile < tiles; tile++) {
-            const int shift = vsmooth_probe_shift(cs[tile], c);
+            const int shift = vsmooth_probe_shift(ceiling[tile], c);
             l += ldexp(tile_sum[tile], shift);
             q2 += ldexp(tile_sq[tile], 2 * shift);
         }
-        ceiling[s] = c;
-        inv_l2[s] = 1.0 / (l * l);
-        mean_weight += q2 * inv_l2[s];
+        const double inv_l2 = 1.0 / (l * l);
+        for (int64_t tile = 0; tile < tiles; tile++)
+            factor[s * tiles + tile] = ldexp(inv_l2, 2 * vsmooth_probe_shift(ceiling[tile], c));
+        mean_weight += q2 * inv_l2;
     }
     mean_weight /= (double)nk;
     for (int64_t j = 0; j < nk; j++) {
         double half[2] = {0.0, 0.0};  /* even and odd probe rows */
         for (int s = 0; s < rows; s++) {
             const double e = prob[s * nk + j];
-            const int shift = vsmooth_probe_shift(tile_ceiling[s * tiles + j / VCATTN_TILE], ceiling[s]);
-            half[s & 1] += e * e * ldexp(inv_l2[s], 2 * shift);
+            half[s & 1] += e * e * factor[s * tiles + j / VCATTN_TILE];
         }
         weight[j] = vsmooth_probe_token_weight(half[0], half[1], mean_weight);
     }
     st = quantize_values(cfg->v_format, 1, cfg->sink_guard, kv->values, weight, nk, d, &kv->v);
 done:
-    free(prob); free(tile_ceiling); free(weight); free(inv_l2); free(ceiling); free(tile_sum); free(tile_sq);
+    free(prob); free(factor); free(weight); free(ceiling); free(tile_sum); free(tile_sq);
     free(kv->values);
     kv->values = NULL;
     return st;

@@ -225,10 +225,9 @@ cudaMemPool_t context_pool(vcattn_context *ctx, int device) {
 
 // The pinned word and event through which the finite check's flag reaches
 // the host, made once per context and device (the event belongs to the
-// device current at its creation). 0 if they cannot be made.
-int context_flag(vcattn_context *ctx, int device) {
-    if (ctx->cuda_pool_device != device) cuda_release_context(ctx);
-    ctx->cuda_pool_device = device;
+// device current at its creation; context_pool, called first, released
+// those of another device). 0 if they cannot be made.
+int context_flag(vcattn_context *ctx) {
     if (ctx->cuda_flag_host) return 1;
     void *word = nullptr;
     cudaEvent_t ready = nullptr;
@@ -267,7 +266,7 @@ vcattn_status begin_call(vcattn_context *ctx, const vcattn_config *cfg, const ca
     cudaError_t err = cudaGetDevice(device);
     if (err != cudaSuccess) return cs->cuda_fail(err, "cudaGetDevice");
     cs->pool = context_pool(ctx, *device);
-    if (cfg->check_finite) context_flag(ctx, *device);  // without it the check waits for the whole stream
+    if (cfg->check_finite) context_flag(ctx);  // without it the check waits for the whole stream
     return VCATTN_OK;
 }
 
@@ -346,7 +345,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         pr ? kvh * 4 : 0, pr ? kvh * 4 : 0,
         pr ? kvh * Nk * 8 : 0, pr ? kvh * Nk * 8 : 0, pr ? kvh * Nk * 4 : 0, sort_bytes,
         kvh * T * S * VC_KV_ROWS, kvh * S * T * 4, kvh * S * T * 8, kvh * S * T * 8, kvh * S * T * 8,  // the probe
-        kvh * S * 4, kvh * S * 8, S ? kvh * 8 : 0};
+        S ? kvh * 8 : 0};
     size_t total = 0;
     for (size_t sz : sizes) total += (sz + 255) & ~size_t(255);
     cudaError_t err = cs.alloc((void **)&cs.work, total);
@@ -407,8 +406,6 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         probe.tile_sum = cs.take<double>(kvh * S * T);
         probe.tile_sq = cs.take<double>(kvh * S * T);
         probe.tile_factor = cs.take<double>(kvh * S * T);
-        probe.row_ceiling = cs.take<float>(kvh * S);
-        probe.inv_l2 = cs.take<double>(kvh * S);
         probe.mean_weight = cs.take<double>(kvh);
     }
     if ((err = cudaMemsetAsync(op->flag, 0, 4 * sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");

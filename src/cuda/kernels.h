@@ -71,9 +71,9 @@ cudaError_t check_score_bound(const float *max_norm, float score_mul, int hadama
 // tile layouts, multipliers, and Q smoothing's per-key terms when not NULL),
 // score_mul = sm_scale log2(e). Out: the probabilities as code bytes
 // [B*Hkv][T][rows][128]; per (head, row, tile) the ceiling and the two exact
-// sums [B*Hkv][rows][T]; per (head, row) the row's ceiling and 1 / l^2, and
-// per (head, row, tile) the factor f of the tile's squared probabilities; the
-// head's mean weight [B*Hkv]. quantize_v forms each token's weight from them.
+// sums [B*Hkv][rows][T], then the factor f of the tile's squared
+// probabilities; the head's mean weight [B*Hkv]. quantize_v forms each
+// token's weight from the codes, the factors and the mean weight.
 struct probe_args {
     const int8_t *q_codes;
     const float *q_mul;
@@ -84,9 +84,7 @@ struct probe_args {
     float score_mul;
     uint8_t *codes;
     float *tile_ceiling;
-    double *tile_sum, *tile_sq, *tile_factor;
-    float *row_ceiling;
-    double *inv_l2, *mean_weight;
+    double *tile_sum, *tile_sq, *tile_factor, *mean_weight;
 };
 cudaError_t attention_probe(const probe_args &a, int head_dim, cudaStream_t stream);
 

@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
     __shared__ int row_head[kRowsPerPass];
     __shared__ float part_max[8][kPerThread];
     __shared__ double part_sum[8][kPerThread], part_sq[8][kPerThread];
-    __shared__ float row_ceiling[kRowsPerPass];
+    __shared__ float ceiling[kRowsPerPass];  // each row's ceiling in this tile
     const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tiles = gridDim.x;
     const int64_t head = (int64_t)b * a.heads_kv + h;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
     const float kmul = a.k_mul[(head * tiles + tile) * 4 + ((j & 7) >> 1)];
 
     for (int base = 0; base < a.rows; base += kRowsPerPass) {
-        __syncthreads();  // the previous pass is done with rows[] and row_ceiling[]
+        __syncthreads();  // the previous pass is done with rows[] and ceiling[]
         for (int c = threadIdx.x; c < kRowsPerPass * D / 16; c += kThreads) {
             const int r = c / (D / 16), col = (c % (D / 16)) * 16, s = base + r;
             uint4 v = make_uint4(0, 0, 0, 0);
@@ -106,13 +106,13 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
             const int r = threadIdx.x, w0 = 4 * (r & 1), m = r >> 1;
             float mx = part_max[w0][m];
             for (int w = 1; w < 4; w++) mx = fmaxf(mx, part_max[w0 + w][m]);
-            row_ceiling[r] = ceilf(mx);
+            ceiling[r] = ceilf(mx);
         }
         __syncthreads();
 #pragma unroll
         for (int m = 0; m < kPerThread; m++) {
             const int r = parity + 2 * m, s = base + r;
-            const uint8_t code = j < count ? vsmooth_probe_code(t[m], row_ceiling[r]) : 0;
+            const uint8_t code = j < count ? vsmooth_probe_code(t[m], ceiling[r]) : 0;
             if (s < a.rows) a.codes[((head * tiles + tile) * a.rows + s) * VC_KV_ROWS + j] = code;
             const double e = vcattn_e4m3_decode(code);
             const double sum = warp_sum_d(e), sq = warp_sum_d(e * e);
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
                 sq += part_sq[w0 + w][m];
             }
             const int64_t at = (head * a.rows + s) * tiles + tile;
-            a.tile_ceiling[at] = row_ceiling[r];
+            a.tile_ceiling[at] = ceiling[r];
             a.tile_sum[at] = sum;
             a.tile_sq[at] = sq;
         }
@@ -156,8 +156,6 @@ __global__ void __launch_bounds__(kThreads) probe_rows_kernel(probe_args a, int 
         const double inv_l2 = 1.0 / (l * l);
         for (int t = 0; t < tiles; t++)
             a.tile_factor[row + t] = ldexp(inv_l2, 2 * vsmooth_probe_shift(a.tile_ceiling[row + t], c));
-        a.row_ceiling[head * a.rows + s] = c;
-        a.inv_l2[head * a.rows + s] = inv_l2;
         contribution[s] = q2 * inv_l2;
     }
     __syncthreads();
