@@ -16,17 +16,14 @@ constexpr int kThreads = 256;      // two threads per key of a tile: even and od
 constexpr int kRowsPerPass = 64;   // probe rows scored per pass over the tile (32 per thread)
 constexpr int kPerThread = kRowsPerPass / 2;
 
-__device__ __forceinline__ float warp_max_f(float v) {
-#pragma unroll
-    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
+// A float as an int of the same order (negative values with the magnitude
+// bits flipped); the map is its own inverse. NaN is taken as -inf first, as
+// fmaxf leaves it out of the CPU's maximum.
+__device__ __forceinline__ int ordered_key(float f) {
+    const int i = __float_as_int(f == f ? f : -INFINITY);
+    return i >= 0 ? i : i ^ 0x7fffffff;
 }
-
-__device__ __forceinline__ double warp_sum_d(double v) {  // exact here: multiples of 2^-18, far below 2^53
-#pragma unroll
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+__device__ __forceinline__ float ordered_float(int key) { return __int_as_float(key >= 0 ? key : key ^ 0x7fffffff); }
 
 // One 128-key tile of one key head against the probe rows, kRowsPerPass at a
 // time: thread (parity, key j) scores rows s = base + parity + 2m. Writes the
@@ -39,8 +36,11 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
     __shared__ alignas(16) int8_t rows[kRowsPerPass * D];
     __shared__ float row_mul[kRowsPerPass];
     __shared__ int row_head[kRowsPerPass];
-    __shared__ float part_max[8][kPerThread];
-    __shared__ double part_sum[8][kPerThread], part_sq[8][kPerThread];
+    // Per warp and score slot: the maximum (as ordered ints) and the integer
+    // sums, by the warp-reduce instruction: probabilities in units of 2^-9
+    // (at most 2^17), their squares split into bits 16.. and 0..15.
+    __shared__ int part_max[8][kPerThread];
+    __shared__ unsigned part_sum[8][kPerThread], part_sq_hi[8][kPerThread], part_sq_lo[8][kPerThread];
     __shared__ float ceiling[kRowsPerPass];  // each row's ceiling in this tile
     const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tiles = gridDim.x;
     const int64_t head = (int64_t)b * a.heads_kv + h;
@@ -98,15 +98,15 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
             const float *bias = a.key_bias ? a.key_bias + ((int64_t)row_head[r] * tiles + tile) * VC_KV_ROWS : nullptr;
             t[m] = bias ? fmaf((float)acc[m], mult, bias[j]) : (float)acc[m] * mult;
             if (j >= count) t[m] = -INFINITY;
-            const float wmax = warp_max_f(t[m]);
+            const int wmax = __reduce_max_sync(0xffffffffu, ordered_key(t[m]));
             if (lane == 0) part_max[warp][m] = wmax;
         }
         __syncthreads();
         if (threadIdx.x < kRowsPerPass) {  // row r's warps: 4 (r & 1) .. 4 (r & 1) + 3
             const int r = threadIdx.x, w0 = 4 * (r & 1), m = r >> 1;
-            float mx = part_max[w0][m];
-            for (int w = 1; w < 4; w++) mx = fmaxf(mx, part_max[w0 + w][m]);
-            ceiling[r] = ceilf(mx);
+            int mx = part_max[w0][m];
+            for (int w = 1; w < 4; w++) mx = max(mx, part_max[w0 + w][m]);
+            ceiling[r] = ceilf(ordered_float(mx));
         }
         __syncthreads();
 #pragma unroll
@@ -114,25 +114,29 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
             const int r = parity + 2 * m, s = base + r;
             const uint8_t code = j < count ? vsmooth_probe_code(t[m], ceiling[r]) : 0;
             if (s < a.rows) a.codes[((head * tiles + tile) * a.rows + s) * VC_KV_ROWS + j] = code;
-            const double e = vcattn_e4m3_decode(code);
-            const double sum = warp_sum_d(e), sq = warp_sum_d(e * e);
+            const unsigned n = (unsigned)(vcattn_e4m3_decode(code) * 512.0f);  // exact: a multiple of 2^-9
+            const unsigned long long n2 = (unsigned long long)n * n;
+            const unsigned sum = __reduce_add_sync(0xffffffffu, n);
+            const unsigned hi = __reduce_add_sync(0xffffffffu, (unsigned)(n2 >> 16));
+            const unsigned lo = __reduce_add_sync(0xffffffffu, (unsigned)(n2 & 0xffffu));
             if (lane == 0) {
                 part_sum[warp][m] = sum;
-                part_sq[warp][m] = sq;
+                part_sq_hi[warp][m] = hi;
+                part_sq_lo[warp][m] = lo;
             }
         }
         __syncthreads();
         if (threadIdx.x < kRowsPerPass && base + (int)threadIdx.x < a.rows) {
             const int r = threadIdx.x, w0 = 4 * (r & 1), m = r >> 1, s = base + r;
-            double sum = 0.0, sq = 0.0;
+            unsigned long long sum = 0, sq = 0;
             for (int w = 0; w < 4; w++) {
                 sum += part_sum[w0 + w][m];
-                sq += part_sq[w0 + w][m];
+                sq += ((unsigned long long)part_sq_hi[w0 + w][m] << 16) + part_sq_lo[w0 + w][m];
             }
             const int64_t at = (head * a.rows + s) * tiles + tile;
             a.tile_ceiling[at] = ceiling[r];
-            a.tile_sum[at] = sum;
-            a.tile_sq[at] = sq;
+            a.tile_sum[at] = ldexp((double)sum, -9);   // exact: the CPU's double sums
+            a.tile_sq[at] = ldexp((double)sq, -18);
         }
     }
 }
@@ -143,6 +147,8 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
 __global__ void __launch_bounds__(kThreads) probe_rows_kernel(probe_args a, int tiles) {
     __shared__ double contribution[VCATTN_MAX_PROBE_ROWS];
     const int64_t head = blockIdx.x;
+    __shared__ float ceiling_s[VCATTN_MAX_PROBE_ROWS];
+    __shared__ double inv_l2_s[VCATTN_MAX_PROBE_ROWS];
     for (int s = threadIdx.x; s < a.rows; s += blockDim.x) {
         const int64_t row = (head * a.rows + s) * tiles;
         float c = -INFINITY;
@@ -154,11 +160,16 @@ __global__ void __launch_bounds__(kThreads) probe_rows_kernel(probe_args a, int 
             q2 += ldexp(a.tile_sq[row + t], 2 * shift);
         }
         const double inv_l2 = 1.0 / (l * l);
-        for (int t = 0; t < tiles; t++)
-            a.tile_factor[row + t] = ldexp(inv_l2, 2 * vsmooth_probe_shift(a.tile_ceiling[row + t], c));
+        ceiling_s[s] = c;
+        inv_l2_s[s] = inv_l2;
         contribution[s] = q2 * inv_l2;
     }
     __syncthreads();
+    for (int64_t at = threadIdx.x; at < (int64_t)a.rows * tiles; at += blockDim.x) {  // coalesced
+        const int s = (int)(at / tiles);
+        const int64_t row = head * a.rows * (int64_t)tiles;
+        a.tile_factor[row + at] = ldexp(inv_l2_s[s], 2 * vsmooth_probe_shift(a.tile_ceiling[row + at], ceiling_s[s]));
+    }
     if (threadIdx.x == 0) {
         double mean = 0.0;
         for (int s = 0; s < a.rows; s++) mean += contribution[s];

@@ -400,14 +400,15 @@ struct v_args {
 
 // The weights of tile `tile`'s tokens in its centre from the attention
 // probe's codes and factors (vsmooth.h), staged 64 probe rows at a time:
-// thread r sums its token's even and odd rows in s order, as the CPU. Every
-// thread of the block calls it (it synchronizes).
+// two threads per token, one for the even rows and one for the odd, each
+// summing in s order, as the CPU. Every thread of the block calls it (it
+// synchronizes); 256 threads.
 __device__ void probe_weights(const probe_args &p, int64_t head, int tile, int tiles, int count, double *weight) {
     constexpr int kRows = 64;
     __shared__ alignas(16) uint8_t codes_s[kRows * VC_KV_ROWS];
-    __shared__ double factor_s[kRows];
-    double half[2] = {0.0, 0.0};
-    const int r = threadIdx.x;
+    __shared__ double factor_s[kRows], odd_s[VC_KV_ROWS];
+    const int r = threadIdx.x & (VC_KV_ROWS - 1), parity = threadIdx.x >> 7;
+    double half = 0.0;
     for (int base = 0; base < p.rows; base += kRows) {
         const int here = min(kRows, p.rows - base);
         __syncthreads();  // the previous rows are read
@@ -417,13 +418,15 @@ __device__ void probe_weights(const probe_args &p, int64_t head, int tile, int t
             reinterpret_cast<uint4 *>(codes_s)[c] = src[c];
         if (threadIdx.x < here) factor_s[threadIdx.x] = p.tile_factor[(head * p.rows + base + threadIdx.x) * tiles + tile];
         __syncthreads();
-        if (r < count)
-            for (int s = 0; s < here; s++) {
+        if (r < count)  // base is even: row base + s has the parity of s
+            for (int s = parity; s < here; s += 2) {
                 const double e = vcattn_e4m3_decode(codes_s[s * VC_KV_ROWS + r]);
-                half[(base + s) & 1] += e * e * factor_s[s];
+                half += e * e * factor_s[s];
             }
     }
-    if (r < count) weight[r] = vsmooth_probe_token_weight(half[0], half[1], p.mean_weight[head]);
+    if (parity) odd_s[r] = half;
+    __syncthreads();
+    if (!parity && r < count) weight[r] = vsmooth_probe_token_weight(half, odd_s[r], p.mean_weight[head]);
 }
 
 // The tile's block mean (double, row order, as the CPU) and the range of
