@@ -1,5 +1,6 @@
 """A few vc calls at one benchmark shape and nothing else, for profilers
-(ncu, compute-sanitizer): the first call groups, the others are plain steps.
+(ncu, compute-sanitizer): the first call groups, the others are plain steps
+(with --drop-in: every call is a call without a layer state).
 
     ncu --clock-control none -k regex:vc_attention_v1 --launch-skip 2 --launch-count 1 \\
         --set full -o prof python3 bench/profile_call.py --shape seq-32k
@@ -22,6 +23,8 @@ def main():
     ap.add_argument("--calls", type=int, default=4)
     ap.add_argument("--lib", default=None)
     ap.add_argument("--probe-rows", type=int, default=0, help="V-Smooth's attention probe rows (0: off)")
+    ap.add_argument("--drop-in", action="store_true", help="calls without a layer state (the public call's path)")
+    ap.add_argument("--check-finite", action="store_true", help="with the finite check (the public call's default)")
     ap.add_argument("--kernels", action="store_true",
                     help="then print each kernel's GPU time in one more plain step (torch.profiler, CUPTI)")
     args = ap.parse_args()
@@ -30,10 +33,11 @@ def main():
     torch.manual_seed(0)
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     out = torch.empty_like(q)
-    cfg, layer = vc.config(args.method), vc.layer(40)
+    cfg, layer = vc.config(args.method, int(args.check_finite)), None if args.drop_in else vc.layer(40)
     cfg.vsmooth_probe_rows = args.probe_rows
     for call in range(args.calls):
-        vc.lib.vcattn_layer_set_step(layer, min(call, 1))
+        if layer:
+            vc.lib.vcattn_layer_set_step(layer, min(call, 1))
         vc(q, k, v, out, cfg, layer)
     torch.cuda.synchronize()
     if args.kernels:
@@ -42,7 +46,8 @@ def main():
             vc(q, k, v, out, cfg, layer)
             torch.cuda.synchronize()
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14))
-    vc.lib.vcattn_layer_destroy(layer)
+    if layer:
+        vc.lib.vcattn_layer_destroy(layer)
 
 
 if __name__ == "__main__":

@@ -197,9 +197,13 @@ typedef struct {
     /* input policy */
     int check_finite;         /* 0/1; 1 (default): reject NaN/Inf inputs with
                                  VCATTN_ERR_NONFINITE_INPUT, and inputs whose
-                                 scores could pass VCATTN_MAX_SCORE_LOG2 with
+                                 scores could pass VCATTN_MAX_SCORE_LOG2, or
+                                 v with values past the largest of out's
+                                 dtype (float32 v, float16 out), with
                                  VCATTN_ERR_INVALID_ARGUMENT, before any
-                                 output is written */
+                                 output is written. 16-bit outputs are
+                                 stored saturating either way: a finite
+                                 result never becomes Inf */
     int num_threads;          /* CPU backend threads in [0, VCATTN_MAX_THREADS];
                                  0 = all cores */
     /* score path, 0/1 (default 0): subtract each head's channel mean of Q over

@@ -9,7 +9,7 @@
  * the method's usual range (a guard against silent wrong answers, not a
  * fidelity figure). */
 #include "testlib.h"
-#include "vcattn.h"
+#include "vcattn_inspect.h"
 #include "reference.h"
 #include "metrics.h"
 
@@ -231,6 +231,59 @@ static void rope_overflow(vcattn_context *ctx, const char *backend) {
     expect_refused(ctx, backend, &one, &rope, "queries past the float maximum after RoPE, one key");
 }
 
+/* An output is a weighted mean of V's rows. float32 V past the largest
+ * float16 (or bfloat16) with a 16-bit out gave Inf with status OK. Now, with
+ * the check on, such V is refused and nothing is written; with it off, the
+ * 16-bit stores saturate: every output finite and within the type. Each
+ * method, each backend (4-bit, bf16, fp8-naive on the CPU alone). */
+static void out_dtype_range(vcattn_context *ctx, const char *backend) {
+    enum { N = 300 };
+    static float q[H * NQ * D], k[H * N * D], v[H * N * D];
+    static uint16_t out[H * NQ * D];
+    static const char *const methods[] = {"sage2", "vsmooth", "vc", "sage2+hadamard", "bf16", "fp8-naive",
+                                          "vsmooth-4bit"};
+    const struct { vcattn_dtype dtype; float big, max; const char *name; } types[] = {
+        {VCATTN_DTYPE_F16, 1.0e5f, 65504.0f, "float16"},
+        {VCATTN_DTYPE_BF16, FLT_MAX, 3.38953139e38f, "bfloat16"},
+    };
+    for (int i = 0; i < H * NQ * D; i++) q[i] = 1.0f;
+    for (int i = 0; i < H * N * D; i++) k[i] = nrand();
+    for (int h = 0; h < H; h++)  /* key 37 takes every row (score 96 against ~1) */
+        for (int c = 0; c < D; c++) k[(h * N + 37) * D + c] = 12.0f;
+    for (size_t ti = 0; ti < 2; ti++) {
+        for (int i = 0; i < H * N * D; i++) v[i] = nrand();
+        for (int h = 0; h < H; h++)  /* so every output is near +-big */
+            for (int c = 0; c < D; c++) v[(h * N + 37) * D + c] = c % 2 ? -types[ti].big : types[ti].big;
+        vcattn_tensor tq = vcattn_tensor_bhnd(q, VCATTN_DTYPE_F32, 1, H, NQ, D);
+        vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, 1, H, N, D);
+        vcattn_tensor tv = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, 1, H, N, D);
+        vcattn_tensor to = vcattn_tensor_bhnd(out, types[ti].dtype, 1, H, NQ, D);
+        for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
+            if (strcmp(backend, "cuda") == 0 && m >= 4) continue;  /* CPU-only methods */
+            vcattn_config cfg;
+            vcattn_config_from_method(methods[m], &cfg);
+            cfg.expcast_min_keys = 0;
+            memset(out, 0xab, sizeof out);
+            vcattn_status st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, NULL, NULL);
+            int untouched = 1;
+            for (int i = 0; i < H * NQ * D; i++) untouched &= out[i] == 0xabab;
+            CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && strstr(vcattn_last_error(ctx), types[ti].name) && untouched,
+                  "%s, %s, V past the largest %s: status %d (%s), output untouched %d", backend, methods[m],
+                  types[ti].name, st, vcattn_last_error(ctx), untouched);
+            cfg.check_finite = 0;
+            st = vcattn_attention(ctx, &cfg, &tq, &tk, &tv, &to, NULL, NULL, NULL);
+            int within = 1;
+            for (int i = 0; i < H * NQ * D; i++) {
+                const float x = types[ti].dtype == VCATTN_DTYPE_F16 ? vcattn_f16_to_f32(out[i])
+                                                                    : vcattn_bf16_to_f32(out[i]);
+                within &= isfinite(x) && fabsf(x) <= types[ti].max;
+            }
+            CHECK(st == VCATTN_OK && within, "%s, %s, V past the largest %s, check off: status %d, outputs "
+                  "finite and within the type %d", backend, methods[m], types[ti].name, st, within);
+        }
+    }
+}
+
 /* V and V 2^s give outputs exactly 2^s apart, bit for bit, for s = +-100:
  * every step on V (the power-of-two pre-scale near the float limits, the
  * k-means scale, block means, the sink guard, E4M3 scales) is invariant
@@ -277,6 +330,7 @@ int main(int argc, char **argv) {
         if (vcattn_create(&ctx, backends[bi]) != VCATTN_OK) return 1;
         hadamard_overflow(ctx, bi ? "cuda" : "cpu");
         rope_overflow(ctx, bi ? "cuda" : "cpu");
+        out_dtype_range(ctx, bi ? "cuda" : "cpu");
         if (!bi) v_power_of_two(ctx);
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++)

@@ -203,6 +203,18 @@ static int scan_finite(const vcattn_tensor *t) {
     return ok;
 }
 
+/* Whether every element of t lies within +-max (t already finite). */
+static int scan_within(const vcattn_tensor *t, float max) {
+    int ok = 1;
+    #pragma omp parallel for collapse(2) reduction(&& : ok) schedule(static)
+    for (int64_t b = 0; b < t->batch; b++)
+        for (int64_t h = 0; h < t->heads; h++)
+            for (int64_t n = 0; n < t->tokens; n++)
+                for (int64_t d = 0; d < t->head_dim; d++)
+                    ok = ok && fabsf(vcattn_tensor_get(t, b, h, n, d)) <= max;
+    return ok;
+}
+
 static int table_finite(const float *tab, int64_t count) {
     for (int64_t i = 0; i < count; i++)
         if (!vcattn_isfinite_f32(tab[i])) return 0;
@@ -264,6 +276,10 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
                      !table_finite(rope->k_cos, k->tokens * d / 2) ||
                      !table_finite(rope->k_sin, k->tokens * d / 2)))
             return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "rope tables contain NaN or Inf");
+        /* v's own dtype may hold more than out's (float32 or bfloat16 v, float16 out) */
+        const float out_max = vcattn_dtype_max(out->dtype);
+        if (has_out && out_max < vcattn_dtype_max(v->dtype) && !scan_within(v, out_max))
+            return vcattn_fail_out_range(ctx, out->dtype);
     }
     return VCATTN_OK;
 }

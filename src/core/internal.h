@@ -65,9 +65,17 @@ static inline int vcattn_k_lane_group(int64_t key) { return (int)((key & 7) >> 1
 float vcattn_tensor_get(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n, int64_t d);
 /* Copies row (b, h, n) into dst[head_dim] as float. */
 void vcattn_tensor_load_row(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n, float *dst);
-/* Writes src[head_dim] into row (b, h, n) with round-to-nearest-even. */
+/* Writes src[head_dim] into row (b, h, n) with round-to-nearest-even,
+ * 16-bit types saturating (vcattn_saturate). */
 void vcattn_tensor_store_row(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n,
                              const float *src);
+
+/* The largest finite value of a dtype. An output is a weighted mean of V's
+ * rows: with check_finite, V past the largest value of out's dtype is
+ * refused (vcattn_fail_out_range, the message both backends give), as the
+ * output could not be stored. */
+float vcattn_dtype_max(vcattn_dtype dtype);
+vcattn_status vcattn_fail_out_range(vcattn_context *ctx, vcattn_dtype out_dtype);
 
 /* The quantized operands of one call in a backend-independent form, for
  * tests that compare backends stage by stage. Caller-allocated: q_codes

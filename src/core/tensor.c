@@ -4,6 +4,7 @@
 #include "internal.h"
 #include "../formats/halfs.h"
 
+#include <float.h>
 #include <string.h>
 
 /* Stride products in unsigned arithmetic: shapes the validation refuses
@@ -95,6 +96,21 @@ void vcattn_tensor_load_row(const vcattn_tensor *t, int64_t b, int64_t h, int64_
     }
 }
 
+float vcattn_dtype_max(vcattn_dtype dtype) {
+    switch (dtype) {
+    case VCATTN_DTYPE_F16: return VCATTN_F16_MAX;
+    case VCATTN_DTYPE_BF16: return VCATTN_BF16_MAX;
+    default: return FLT_MAX;
+    }
+}
+
+vcattn_status vcattn_fail_out_range(vcattn_context *ctx, vcattn_dtype out_dtype) {
+    return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                       "v holds values past %g, the largest %s: out cannot hold the output (a weighted mean of "
+                       "v's rows); pass a wider out dtype", (double)vcattn_dtype_max(out_dtype),
+                       out_dtype == VCATTN_DTYPE_F16 ? "float16" : "bfloat16");
+}
+
 void vcattn_tensor_store_row(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n,
                              const float *src) {
     int64_t base = row_offset(t, b, h, n);
@@ -104,11 +120,11 @@ void vcattn_tensor_store_row(const vcattn_tensor *t, int64_t b, int64_t h, int64
         break;
     case VCATTN_DTYPE_F16:
         for (int64_t d = 0; d < t->head_dim; d++)
-            ((uint16_t *)t->data)[base + d] = vcattn_f32_to_f16(src[d]);
+            ((uint16_t *)t->data)[base + d] = vcattn_f32_to_f16(vcattn_saturate(src[d], VCATTN_F16_MAX));
         break;
     case VCATTN_DTYPE_BF16:
         for (int64_t d = 0; d < t->head_dim; d++)
-            ((uint16_t *)t->data)[base + d] = vcattn_f32_to_bf16(src[d]);
+            ((uint16_t *)t->data)[base + d] = vcattn_f32_to_bf16(vcattn_saturate(src[d], VCATTN_BF16_MAX));
         break;
     }
 }

@@ -310,6 +310,7 @@ struct operands {
     int8_t *q_codes, *k_codes;
     float *q_mul, *lse_shift, *k_mul;
     int need_lse_shift;    // set by the caller: computed only when an LSE is asked for
+    float out_max;         // set by the caller: V past it is refused (0: out holds any V)
     uint8_t *v_records;
     uint8_t *v_mean_images;  // head dim 128 with V-Smooth, else NULL
     float *tile_mean, *chan_mul, *chan_pow2;
@@ -460,8 +461,8 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         probe.score_mul = sm_scale * VCATTN_LOG2E;
         if ((err = attention_probe(probe, (int)D, cs.stream))) return cs.cuda_fail(err, "attention probe");
     }
-    if ((err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, S ? &probe : nullptr, op->tile_mean, tile_hi,
-                          tile_lo, chan_inv, op->chan_mul, chan_pre, op->chan_pow2, op->v_records,
+    if ((err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->out_max, S ? &probe : nullptr,
+                          op->tile_mean, tile_hi, tile_lo, chan_inv, op->chan_mul, chan_pre, op->chan_pow2, op->v_records,
                           op->v_mean_images, cs.stream)))
         return cs.cuda_fail(err, "quantization");
     return VCATTN_OK;
@@ -482,7 +483,7 @@ vcattn_status publish_flag(call_state &cs, const vcattn_config *cfg, const opera
 
 // Whether the quantizers saw NaN/Inf or unresolvable scores: waits for the
 // published flag (without a pinned word, for the whole stream).
-vcattn_status await_flag(call_state &cs, const vcattn_config *cfg, const operands &op) {
+vcattn_status await_flag(call_state &cs, const vcattn_config *cfg, const operands &op, vcattn_dtype out_dtype) {
     if (!cfg->check_finite) return VCATTN_OK;
     cudaError_t err;
     int found = 0;
@@ -503,6 +504,7 @@ vcattn_status await_flag(call_state &cs, const vcattn_config *cfg, const operand
         return vcattn_fail(cs.ctx, VCATTN_ERR_INVALID_ARGUMENT,
                            "scores could pass %g (log2 units, from |q| and |k| after RoPE and smoothing): "
                            "beyond what the float32 softmax resolves", VCATTN_MAX_SCORE_LOG2);
+    if (found & VC_FLAG_OUT_RANGE) return vcattn_fail_out_range(cs.ctx, out_dtype);
     return VCATTN_OK;
 }
 
@@ -532,6 +534,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *
         return st;
     operands op = {};
     op.need_lse_shift = lse != nullptr;
+    if (vcattn_dtype_max(out->dtype) < vcattn_dtype_max(v->dtype)) op.out_max = vcattn_dtype_max(out->dtype);
     if ((st = prepare_operands(cs, cfg, c, in, layer, device, &op)) || (st = publish_flag(cs, cfg, op))) return st;
 
     vc_attention_params p = {};
@@ -551,7 +554,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *
     p.expcast_bias = VCATTN_EXPCAST_MAX_CODE + cfg->expcast_beta;  // the row maximum lands on 0x78
     if ((err = vc_attention_sm90(p, (int)c.D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped, cs.stream)))
         return cs.cuda_fail(err, "attention kernel");
-    if ((st = await_flag(cs, cfg, op))) return st;
+    if ((st = await_flag(cs, cfg, op, out->dtype))) return st;
 
     // ---- results ----
     const size_t kvh = (size_t)(c.B * c.Hkv), cents = kvh * c.clusters * c.D, perms = kvh * c.Nk;
@@ -613,7 +616,7 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
     op.need_lse_shift = 1;
     if ((st = stage_inputs(cs, c, q, k, v, rope, device, &in)) ||
         (st = prepare_operands(cs, cfg, c, in, layer, device, &op)) || (st = publish_flag(cs, cfg, op)) ||
-        (st = await_flag(cs, cfg, op)))
+        (st = await_flag(cs, cfg, op, VCATTN_DTYPE_F32)))
         return st;
     const size_t kvh = (size_t)(c.B * c.Hkv), qh = (size_t)(c.B * c.Hq), D = (size_t)c.D;
     const size_t T = (size_t)c.T, QT = (size_t)c.QT, rec = vc_v_record_bytes((uint32_t)D);

@@ -23,6 +23,7 @@ enum error_flag_bits {
     VC_FLAG_NONFINITE = 1,        // NaN or Inf in q, k, v or the RoPE tables
     VC_FLAG_SCORE_RANGE = 2,      // scores past VCATTN_MAX_SCORE_LOG2
     VC_FLAG_HADAMARD_RANGE = 4,   // a row the Hadamard rotation would overflow
+    VC_FLAG_OUT_RANGE = 8,        // V past the largest value of out's dtype
 };
 
 struct quant_common {
@@ -95,8 +96,9 @@ cudaError_t attention_probe(const probe_args &a, int head_dim, cudaStream_t stre
 // Per channel out: chan_mul (the E4M3 scale, with 1 / l in the epilogue) and
 // chan_pow2 (2^k of the pre-scale near the float limits, applied last).
 // probe: the attention probe's outputs, weighting each block's mean, or NULL.
+// out_max: with the check, V past it sets VC_FLAG_OUT_RANGE (0: no such check).
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean, float sink_guard,
-                       const probe_args *probe, float *tile_mean, float *tile_hi, float *tile_lo, float *chan_inv,
+                       float out_max, const probe_args *probe, float *tile_mean, float *tile_hi, float *tile_lo, float *chan_inv,
                        float *chan_mul, float *chan_pre, float *chan_pow2, uint8_t *records, uint8_t *mean_images,
                        cudaStream_t stream);
 

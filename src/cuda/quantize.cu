@@ -392,6 +392,7 @@ struct v_args {
     const int32_t *perm;
     int demean;
     float sink_guard;
+    float out_max;         // with the check: V past it sets VC_FLAG_OUT_RANGE; 0: none
     float *tile_mean, *tile_hi, *tile_lo, *chan_inv, *chan_mul, *chan_pre, *chan_pow2;
     uint8_t *records;
     uint8_t *mean_images;  // or NULL (operand_layout.h)
@@ -522,6 +523,7 @@ __global__ void v_scales_kernel(v_args a, int tiles) {
         const int64_t at = (head * tiles + t) * d + ch;
         raw = fmaxf(raw, fmaxf(fabsf(a.tile_hi[at]), fabsf(a.tile_lo[at])));
     }
+    if (a.out_max > 0.0f && raw > a.out_max) atomicOr(a.c.error_flag, VC_FLAG_OUT_RANGE);
     const int k = vcattn_v_prescale_exp(raw);
     const float pre = vcattn_pow2f(-k);
     float amax = 0.0f, mean_amax = 0.0f;
@@ -678,11 +680,11 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
 }
 
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean,
-                       float sink_guard, const probe_args *probe, float *tile_mean, float *tile_hi, float *tile_lo,
+                       float sink_guard, float out_max, const probe_args *probe, float *tile_mean, float *tile_hi, float *tile_lo,
                        float *chan_inv, float *chan_mul, float *chan_pre, float *chan_pow2, uint8_t *records,
                        uint8_t *mean_images, cudaStream_t stream) {
     const int tiles = (c.tokens + VC_KV_ROWS - 1) / VC_KV_ROWS;
-    v_args a = {v, c, perm, demean, sink_guard, tile_mean, tile_hi, tile_lo, chan_inv, chan_mul, chan_pre,
+    v_args a = {v, c, perm, demean, sink_guard, c.check_finite ? out_max : 0.0f, tile_mean, tile_hi, tile_lo, chan_inv, chan_mul, chan_pre,
                 chan_pow2, records, mean_images, probe ? *probe : probe_args{}};
     const dim3 grid(tiles, c.heads, c.batch);
     const int smem = VC_KV_ROWS * (c.head_dim + 4) * (int)sizeof(float);

@@ -52,4 +52,17 @@ VCATTN_HD float vcattn_round_f16(float x) {
     return vcattn_f16_to_f32(vcattn_f32_to_f16(x));
 }
 
+/* The largest finite float16 and bfloat16 (0x7bff, 0x7f7f). */
+#define VCATTN_F16_MAX 65504.0f
+#define VCATTN_BF16_MAX 3.38953139e38f
+
+/* x held at +-max when it is finite and past it; NaN and Inf unchanged.
+ * Outputs are stored through it: an output is a weighted mean of V's rows,
+ * so with V inside the type's range it lies there too up to the method's
+ * error, which must not round it to Inf. */
+VCATTN_HD float vcattn_saturate(float x, float max) {
+    if (!vcattn_isfinite_f32(x)) return x;
+    return x > max ? max : x < -max ? -max : x;
+}
+
 #endif

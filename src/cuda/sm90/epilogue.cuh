@@ -1,9 +1,10 @@
 // The epilogue: out = o * (v_mul / l) * v_pow2 in the caller's dtype and
 // layout (v_pow2 last, so values near the float limits keep their bits), and
-// the LSE (natural log) when asked for.
+// the LSE (natural log) when asked for. 16-bit outputs saturate (halfs.h).
 #pragma once
 #include "attention.h"
 #include "tile.cuh"
+#include "../../formats/halfs.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -14,10 +15,12 @@ template <> __device__ __forceinline__ void store2(float *p, float a, float b, b
     else { p[0] = a; p[1] = b; }
 }
 template <> __device__ __forceinline__ void store2(__nv_bfloat16 *p, float a, float b, bool pair) {
+    a = vcattn_saturate(a, VCATTN_BF16_MAX), b = vcattn_saturate(b, VCATTN_BF16_MAX);
     if (pair) *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(a, b);
     else { p[0] = __float2bfloat16_rn(a); p[1] = __float2bfloat16_rn(b); }
 }
 template <> __device__ __forceinline__ void store2(__half *p, float a, float b, bool pair) {
+    a = vcattn_saturate(a, VCATTN_F16_MAX), b = vcattn_saturate(b, VCATTN_F16_MAX);
     if (pair) *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
     else { p[0] = __float2half_rn(a); p[1] = __float2half_rn(b); }
 }
