@@ -9,7 +9,8 @@
  *     moderate inputs every output is finite;
  *   - NaN or Inf in the inputs with check_finite on is always an error;
  *   - finite inputs of any magnitude (+-3e38 V blocks with mixed signs
- *     among them) accepted with the check on give no NaN;
+ *     among them) accepted with the check on give no NaN, and into a
+ *     float16 out (the out dtype at times differs from the inputs') no Inf;
  *   - an out view whose heads overlap, and config fields past their
  *     bounds, are refused;
  *   - V times 2^+-100 (float32 or bfloat16, moderate values) gives the
@@ -273,6 +274,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int64_t b = 1 + take(&in, 2), hkv = 1 + take(&in, 2), hq = hkv * (1 + take(&in, 2));
     const int64_t nq = 1 + take(&in, 40), nk = 1 + take(&in, 200) + (take(&in, 2) ? 0 : 128);
     const vcattn_dtype dt = (vcattn_dtype)take(&in, 3);
+    /* at times an out dtype other than the inputs' (and on an input used up
+     * by here: float32 in, float16 out, with the +-3e38 V below) */
+    const vcattn_dtype out_dt = take(&in, 4) == 0 ? (vcattn_dtype)((dt + 1 + take(&in, 2)) % 3) : dt;
     const int nhd = take(&in, 2), pad = (int)take(&in, 3) * 8;
     const int bad = take(&in, 16) == 0 ? 1 + (int)take(&in, 2) : 0;
 
@@ -290,7 +294,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&q, 0, sizeof q); memset(&k, 0, sizeof k); memset(&v, 0, sizeof v); memset(&out, 0, sizeof out);
     if (!make_view(&q, dt, b, hq, nq, d, nhd, pad, bad) || !make_view(&k, dt, b, hkv, nk, d, nhd, pad, 0) ||
         !make_view(&v, dt, b, hkv, nk, d, nhd, pad, 0) ||
-        !make_view(&out, dt, b, hq, nq, d, nhd, pad, out_overlap ? 2 : 0))
+        !make_view(&out, out_dt, b, hq, nq, d, nhd, pad, out_overlap ? 2 : 0))
         goto done;
     if (take(&in, 16) == 0) out.t.tokens = nq + 1;  /* shape mismatch */
 
@@ -384,11 +388,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         if (!nonfinite && cfg.check_finite)  /* finite inputs, any magnitude: never NaN */
             promise(every_elem(&out, not_nan_elem), "no NaN output for finite inputs accepted");
+        if (!nonfinite && cfg.check_finite && out_dt == VCATTN_DTYPE_F16)  /* V past 65504 refused, stores saturate */
+            promise(every_elem(&out, finite_elem), "finite float16 output for finite inputs accepted");
         if (!nonfinite && !huge && !huge_v)
             promise(every_elem(&out, finite_elem), "finite output for finite moderate inputs");
         const int shift = take(&in, 2) ? 100 : -100;
         view vs, outs;
-        if (!layer && !nonfinite && !huge && (dt == VCATTN_DTYPE_F32 || dt == VCATTN_DTYPE_BF16) &&
+        if (!layer && !nonfinite && !huge && (dt == VCATTN_DTYPE_F32 || dt == VCATTN_DTYPE_BF16) && out_dt == dt &&
             every_elem(&v, moderate_elem) && scaled_copy(&v, shift, &vs)) {
             if (scaled_copy(&out, 0, &outs)) {
                 vcattn_status s2 = vcattn_attention(ctx, &cfg, &q.t, &k.t, &vs.t, &outs.t, NULL, ropep, NULL);
