@@ -205,7 +205,8 @@ typedef struct {
                                  stored saturating either way: a finite
                                  result never becomes Inf */
     int num_threads;          /* CPU backend threads in [0, VCATTN_MAX_THREADS];
-                                 0 = all cores */
+                                 0 = all cores; fewer where no more threads
+                                 can be started (same outputs, slower) */
     /* score path, 0/1 (default 0): subtract each head's channel mean of Q over
      * tokens before quantizing, and add the exact per-key term
      * sm_scale (mean_q . k_j) back to the scores, as SageAttention2 smooths Q

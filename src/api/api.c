@@ -190,9 +190,9 @@ static vcattn_status check_aliasing(vcattn_context *ctx, const vcattn_tensor *q,
     return VCATTN_OK;
 }
 
-static int scan_finite(const vcattn_tensor *t) {
+static int scan_finite(const vcattn_tensor *t, int threads) {
     int ok = 1;
-    #pragma omp parallel for collapse(2) reduction(&& : ok) schedule(static)
+    #pragma omp parallel for collapse(2) reduction(&& : ok) schedule(static) num_threads(threads)
     for (int64_t b = 0; b < t->batch; b++)
         for (int64_t h = 0; h < t->heads; h++)
             for (int64_t n = 0; n < t->tokens; n++)
@@ -204,9 +204,9 @@ static int scan_finite(const vcattn_tensor *t) {
 }
 
 /* Whether every element of t lies within +-max (t already finite). */
-static int scan_within(const vcattn_tensor *t, float max) {
+static int scan_within(const vcattn_tensor *t, float max, int threads) {
     int ok = 1;
-    #pragma omp parallel for collapse(2) reduction(&& : ok) schedule(static)
+    #pragma omp parallel for collapse(2) reduction(&& : ok) schedule(static) num_threads(threads)
     for (int64_t b = 0; b < t->batch; b++)
         for (int64_t h = 0; h < t->heads; h++)
             for (int64_t n = 0; n < t->tokens; n++)
@@ -268,9 +268,10 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
     if ((uintptr_t)lse % sizeof(float) != 0)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "lse: pointer not aligned to 4-byte floats");
     if (cfg->check_finite && scan_host) {
-        if (!scan_finite(q)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "q contains NaN or Inf");
-        if (!scan_finite(k)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "k contains NaN or Inf");
-        if (!scan_finite(v)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "v contains NaN or Inf");
+        const int threads = cpu_thread_count(cfg);
+        if (!scan_finite(q, threads)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "q contains NaN or Inf");
+        if (!scan_finite(k, threads)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "k contains NaN or Inf");
+        if (!scan_finite(v, threads)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "v contains NaN or Inf");
         if (rope && (!table_finite(rope->q_cos, q->tokens * d / 2) ||
                      !table_finite(rope->q_sin, q->tokens * d / 2) ||
                      !table_finite(rope->k_cos, k->tokens * d / 2) ||
@@ -278,7 +279,7 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
             return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "rope tables contain NaN or Inf");
         /* v's own dtype may hold more than out's (float32 or bfloat16 v, float16 out) */
         const float out_max = vcattn_dtype_max(out->dtype);
-        if (has_out && out_max < vcattn_dtype_max(v->dtype) && !scan_within(v, out_max))
+        if (has_out && out_max < vcattn_dtype_max(v->dtype) && !scan_within(v, out_max, threads))
             return vcattn_fail_out_range(ctx, out->dtype);
     }
     return VCATTN_OK;

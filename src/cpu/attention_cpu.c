@@ -50,10 +50,6 @@ static problem problem_of(const vcattn_call *call) {
     return p;
 }
 
-static int thread_count(const vcattn_config *cfg) {
-    return cfg->num_threads > 0 ? cfg->num_threads : omp_get_max_threads();
-}
-
 /* Dot product with eight fixed lanes: a defined summation order the compiler
  * can vectorize without reassociating. d is a multiple of 8. */
 static inline float dot8(const float *a, const float *b, int64_t d) {
@@ -425,7 +421,7 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_call *call, const 
     const vcattn_config *cfg = &call->cfg;
     problem p = problem_of(call);
     const int64_t nkv = p.batch * p.hkv, nqh = p.batch * p.hq;
-    const int threads = thread_count(cfg);
+    const int threads = cpu_thread_count(cfg);
     const int clusters = call->clusters;
     const vcattn_grouping plan = call->plan;
     const vcattn_layer *layer = call->layer;

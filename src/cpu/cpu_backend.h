@@ -18,6 +18,13 @@ vcattn_status cpu_quantize_for_test(vcattn_context *ctx, const vcattn_call *call
                                     const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_rope *rope,
                                     vcattn_quantized *out);
 
+/* The OpenMP threads a call with cfg runs on: cfg->num_threads (0: all
+ * cores), fewer when no more can be started (cpu_startable_threads), so a
+ * process short of memory for thread stacks gets a slower call, not an exit
+ * from inside libgomp. */
+int cpu_thread_count(const vcattn_config *cfg);
+int cpu_startable_threads(int wanted);
+
 /* In-place normalized Walsh-Hadamard transform of x[d], d a power of two. */
 void cpu_hadamard(float *x, int64_t d);
 
