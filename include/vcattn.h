@@ -228,9 +228,11 @@ typedef struct {
      * its tokens' mean weighted by the attention they receive, estimated from
      * this many query rows per key head, so that a token most rows read (an
      * attention sink) keeps FP8's relative precision; blocks without such a
-     * token keep the plain mean bit for bit. FP8 values only. In
+     * token keep the plain mean bit for bit. With NVFP4 values (CPU) the
+     * centre stays the plain mean, and the same weights decide, per block and
+     * channel, whether it is subtracted at all. In
      * [0, VCATTN_MAX_PROBE_ROWS], 0 = the plain block mean (the paper),
-     * default 0 (docs/fidelity.md) */
+     * default 0, VCATTN_PROBE_ROWS in "vsmooth-4bit" (docs/fidelity.md) */
     int vsmooth_probe_rows;
 } vcattn_config;
 
@@ -252,9 +254,10 @@ VCATTN_API size_t vcattn_config_size(void);
  * QK Hadamard, then a "+qsmooth" suffix (e.g. "vc+qsmooth",
  * "sage2+hadamard+qsmooth") turns on q_smoothing (both backends; on the GPU
  * it costs the vc kernel 16-17%, so no preset has it by default), then, for
- * "vc" and "vsmooth", a "+probe" suffix (e.g. "vc+probe") sets
+ * the V-Smooth methods, a "+probe" suffix (e.g. "vc+probe") sets
  * vsmooth_probe_rows to VCATTN_PROBE_ROWS (more faithful on sharp
- * attention; 3.7% slower at Wan2.2 on the H100 for now). Names
+ * attention; 2.2% slower at Wan2.2 on the H100 for now; "vsmooth-4bit" has
+ * it already). Names
  * match whatever the case of their letters ("VC+Hadamard").
  * Returns VCATTN_ERR_UNKNOWN_NAME for anything else.
  */

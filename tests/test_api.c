@@ -351,10 +351,13 @@ static void test_objects(void) {
     CHECK(vcattn_config_from_method("vsmooth+hadamard+qsmooth+probe", &c) == VCATTN_OK && c.hadamard &&
           c.q_smoothing && c.vsmooth_probe_rows == VCATTN_PROBE_ROWS, "vsmooth+hadamard+qsmooth+probe");
     CHECK(vcattn_config_from_method("vc", &c) == VCATTN_OK && c.vsmooth_probe_rows == 0, "vc: no probe by default");
+    CHECK(vcattn_config_from_method("vsmooth-4bit", &c) == VCATTN_OK && c.vsmooth_probe_rows == VCATTN_PROBE_ROWS &&
+          vcattn_config_from_method("vsmooth-4bit+probe", &c) == VCATTN_OK && c.vsmooth_probe_rows == VCATTN_PROBE_ROWS,
+          "vsmooth-4bit: the probe by default");
     CHECK(vcattn_config_from_method("sage2+probe", &c) == VCATTN_ERR_UNKNOWN_NAME &&
-          vcattn_config_from_method("vsmooth-4bit+probe", &c) == VCATTN_ERR_UNKNOWN_NAME &&
+          vcattn_config_from_method("sage3-4bit+probe", &c) == VCATTN_ERR_UNKNOWN_NAME &&
           vcattn_config_from_method("vc+probe+qsmooth", &c) == VCATTN_ERR_UNKNOWN_NAME,
-          "+probe only last, and only on the FP8 V-Smooth methods");
+          "+probe only last, and only on the V-Smooth methods");
     CHECK(vcattn_config_from_method("nosuch", &c) == VCATTN_ERR_UNKNOWN_NAME, "unknown method");
     CHECK(vcattn_config_from_method("+hadamard", &c) == VCATTN_ERR_UNKNOWN_NAME, "suffix alone");
     CHECK(vcattn_config_from_method(NULL, &c) == VCATTN_ERR_NULL_POINTER, "NULL method");

@@ -120,7 +120,7 @@ def config(method: str = "vc", sm_scale: Optional[float] = None, check_finite: b
     cfg = _capi.Config()
     if lib().vcattn_config_from_method(method.encode(), ctypes.byref(cfg)):
         raise ValueError("vcattn: unknown method %r (sage2, vsmooth, vc, bf16, fp8-naive, sage3-4bit, "
-                         "vsmooth-4bit; each may take +hadamard, then +qsmooth; vc and vsmooth then +probe)" % (method,))
+                         "vsmooth-4bit; each may take +hadamard, then +qsmooth; the V-Smooth methods then +probe)" % (method,))
     if sm_scale is not None:
         if not (sm_scale > 0 and math.isfinite(sm_scale)):
             raise ValueError("vcattn: sm_scale must be a positive finite number, got %r" % (sm_scale,))

@@ -39,16 +39,17 @@ typedef struct {
     vcattn_p_format p;
     vcattn_v_format v;
     int vsmooth;
+    int probe;  /* vsmooth_probe_rows = VCATTN_PROBE_ROWS by default */
 } method_preset;
 
 static const method_preset METHODS[] = {
-    {"bf16",         VCATTN_QK_EXACT, 0, VCATTN_P_BF16,        VCATTN_V_EXACT,       0},
-    {"fp8-naive",    VCATTN_QK_FP8,   0, VCATTN_P_FP8_CAST,    VCATTN_V_FP8_BLOCK,   0},
-    {"sage2",        VCATTN_QK_INT8,  1, VCATTN_P_FP8_CAST,    VCATTN_V_FP8_CHANNEL, 0},
-    {"vsmooth",      VCATTN_QK_INT8,  1, VCATTN_P_FP8_CAST,    VCATTN_V_FP8_CHANNEL, 1},
-    {"vc",           VCATTN_QK_INT8,  1, VCATTN_P_FP8_EXPCAST, VCATTN_V_FP8_CHANNEL, 1},
-    {"sage3-4bit",   VCATTN_QK_NVFP4, 1, VCATTN_P_NVFP4,       VCATTN_V_NVFP4,       0},
-    {"vsmooth-4bit", VCATTN_QK_NVFP4, 1, VCATTN_P_NVFP4,       VCATTN_V_NVFP4,       1},
+    {"bf16",         VCATTN_QK_EXACT, 0, VCATTN_P_BF16,        VCATTN_V_EXACT,       0, 0},
+    {"fp8-naive",    VCATTN_QK_FP8,   0, VCATTN_P_FP8_CAST,    VCATTN_V_FP8_BLOCK,   0, 0},
+    {"sage2",        VCATTN_QK_INT8,  1, VCATTN_P_FP8_CAST,    VCATTN_V_FP8_CHANNEL, 0, 0},
+    {"vsmooth",      VCATTN_QK_INT8,  1, VCATTN_P_FP8_CAST,    VCATTN_V_FP8_CHANNEL, 1, 0},
+    {"vc",           VCATTN_QK_INT8,  1, VCATTN_P_FP8_EXPCAST, VCATTN_V_FP8_CHANNEL, 1, 0},
+    {"sage3-4bit",   VCATTN_QK_NVFP4, 1, VCATTN_P_NVFP4,       VCATTN_V_NVFP4,       0, 0},
+    {"vsmooth-4bit", VCATTN_QK_NVFP4, 1, VCATTN_P_NVFP4,       VCATTN_V_NVFP4,       1, 1},
 };
 #define NUM_METHODS (sizeof METHODS / sizeof METHODS[0])
 
@@ -151,8 +152,8 @@ vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg) 
     for (size_t i = 0; i < NUM_METHODS; i++) {
         const method_preset *m = &METHODS[i];
         if (strlen(m->name) != base_len || !same_name(m->name, method, base_len)) continue;
-        /* the probe weights FP8 V-Smooth's centres: a name that would not use it is refused */
-        if (probe && (!m->vsmooth || m->v != VCATTN_V_FP8_CHANNEL)) return VCATTN_ERR_UNKNOWN_NAME;
+        /* the probe serves V-Smooth: a name that would not use it is refused */
+        if (probe && !m->vsmooth) return VCATTN_ERR_UNKNOWN_NAME;
         vcattn_config c = vcattn_config_default();
         c.qk_format = m->qk;
         c.k_smoothing = m->k_smoothing;
@@ -161,7 +162,7 @@ vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg) 
         c.vsmooth = m->vsmooth;
         c.hadamard = hadamard;
         c.q_smoothing = q_smoothing;
-        c.vsmooth_probe_rows = probe ? VCATTN_PROBE_ROWS : 0;
+        c.vsmooth_probe_rows = probe || m->probe ? VCATTN_PROBE_ROWS : 0;
         *cfg = c;
         return VCATTN_OK;
     }

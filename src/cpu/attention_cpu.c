@@ -109,7 +109,7 @@ static double row_norm(double norm2) { return norm2 == norm2 ? sqrt(norm2) : INF
  * follows its 16-token block's largest). */
 static int probes(const vcattn_config *cfg, vcattn_grouping plan) {
     return cfg->vsmooth_probe_rows > 0 && plan != VCATTN_GROUP_NONE &&
-           (cfg->v_format == VCATTN_V_FP8_CHANNEL || cfg->v_format == VCATTN_V_FP8_BLOCK);
+           (cfg->v_format == VCATTN_V_FP8_CHANNEL || cfg->v_format == VCATTN_V_FP8_BLOCK || cfg->v_format == VCATTN_V_NVFP4);
 }
 
 static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const vcattn_tensor *v,
