@@ -3,6 +3,7 @@
 #include "testlib.h"
 #include "vcattn_inspect.h"
 
+#include <float.h>
 #include <stdint.h>
 
 static uint64_t rng_state = 0x1234567ULL;
@@ -164,6 +165,16 @@ static void test_halfs(void) {
     CHECK(vcattn_f32_to_f16(65519.0f) == 0x7bff, "fp16 max");
     CHECK(vcattn_f32_to_f16(1.0f / 16777216.0f / 2.0f) == 0, "fp16 half of min subnormal ties to 0");
     CHECK(vcattn_rne_small(-2.5f) == -2.0f && vcattn_rne_small(-3.5f) == -4.0f, "magic-number RNE");
+    /* the output stores' saturation: the largest finite values are the
+     * types' own, finite values past them are held there, NaN and Inf stay */
+    CHECK(vcattn_f32_to_f16(VCATTN_F16_MAX) == 0x7bff && vcattn_f32_to_bf16(VCATTN_BF16_MAX) == 0x7f7f,
+          "the largest finite float16 and bfloat16");
+    CHECK(vcattn_f32_to_f16(vcattn_saturate(65520.0f, VCATTN_F16_MAX)) == 0x7bff &&
+          vcattn_f32_to_f16(vcattn_saturate(-1.0e30f, VCATTN_F16_MAX)) == 0xfbff &&
+          vcattn_f32_to_bf16(vcattn_saturate(FLT_MAX, VCATTN_BF16_MAX)) == 0x7f7f &&
+          vcattn_saturate(1.5f, VCATTN_F16_MAX) == 1.5f, "saturation holds finite values at the type's largest");
+    CHECK(isinf(vcattn_saturate(INFINITY, VCATTN_F16_MAX)) && isnan(vcattn_saturate(NAN, VCATTN_F16_MAX)),
+          "saturation keeps Inf and NaN");
 }
 
 int main(int argc, char **argv) {
