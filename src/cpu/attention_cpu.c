@@ -104,12 +104,11 @@ static vcattn_status group_head(const problem *p, vcattn_grouping plan, const fl
  * the check refuses it (fmax would drop a NaN and let the row through). */
 static double row_norm(double norm2) { return norm2 == norm2 ? sqrt(norm2) : INFINITY; }
 
-/* Whether V's block centres come from the attention probe (vsmooth.h): FP8
- * values only, whose error follows each value's own magnitude (NVFP4's
- * follows its 16-token block's largest). */
+/* Whether V is quantized with the attention probe's token weights
+ * (vsmooth.h): FP8 values take them into their block centres, NVFP4 values
+ * into the choice of whether a block subtracts its mean (quantize.c). */
 static int probes(const vcattn_config *cfg, vcattn_grouping plan) {
-    return cfg->vsmooth_probe_rows > 0 && plan != VCATTN_GROUP_NONE &&
-           (cfg->v_format == VCATTN_V_FP8_CHANNEL || cfg->v_format == VCATTN_V_FP8_BLOCK || cfg->v_format == VCATTN_V_NVFP4);
+    return cfg->vsmooth_probe_rows > 0 && plan != VCATTN_GROUP_NONE && cfg->v_format != VCATTN_V_EXACT;
 }
 
 static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const vcattn_tensor *v,

@@ -274,21 +274,23 @@ static void nvfp4_values(const float *r, int64_t n, int64_t d, value_operand *op
         for (int64_t i = 0; i < op->tiles * d; i++) op->mean[i] = vcattn_round_f16(op->mean[i] / ts);
 }
 
-/* Squared error of one channel's rows [t0, t1) of x (stride d) through
- * NVFP4 at tensor scale ts, plus the centre mu as restored (f16 of mu/ts),
- * each row's weighted by weight[t] (the attention probe's; NULL: 1). */
-static double nvfp4_block_error(const float *x, const double *weight, int64_t t0, int64_t t1, int64_t d, int64_t c, float mu, float ts) {
+/* Squared error of channel c of rows [t0, t1) of v (stride d, scaled by
+ * pre) through NVFP4 at tensor scale ts, plus the centre mu as restored
+ * (f16 of mu/ts), each row's weighted by weight[t] (the attention probe's;
+ * NULL: 1). */
+static double nvfp4_block_error(const float *v, float pre, const double *weight, int64_t t0, int64_t t1,
+                                int64_t d, int64_t c, float mu, float ts) {
     const float restored = vcattn_round_f16(mu / ts) * ts;
     double e = 0.0;
     for (int64_t s0 = t0; s0 < t1; s0 += VCATTN_NVFP4_BLOCK) {
         const int64_t s1 = s0 + VCATTN_NVFP4_BLOCK < t1 ? s0 + VCATTN_NVFP4_BLOCK : t1;
         float ba = 0.0f;
-        for (int64_t t = s0; t < s1; t++) ba = fmaxf(ba, fabsf(x[t * d + c] - mu));
+        for (int64_t t = s0; t < s1; t++) ba = fmaxf(ba, fabsf(v[t * d + c] * pre - mu));
         const float bs = vcattn_e4m3_decode(vcattn_nvfp4_block_scale_code(ba, ts));
         for (int64_t t = s0; t < s1; t++) {
-            const float r = x[t * d + c] - mu;
-            const double q = (double)vcattn_e2m1_decode(vcattn_nvfp4_encode(r, bs * ts)) * bs * ts + restored;
-            e += (weight ? weight[t] : 1.0) * (q - x[t * d + c]) * (q - x[t * d + c]);
+            const float x = v[t * d + c] * pre;
+            const double q = (double)vcattn_e2m1_decode(vcattn_nvfp4_encode(x - mu, bs * ts)) * bs * ts + restored;
+            e += (weight ? weight[t] : 1.0) * (q - x) * (q - x);
         }
     }
     return e;
@@ -302,9 +304,10 @@ static double nvfp4_block_error(const float *x, const double *weight, int64_t t0
  * than it would undemeaned. With the attention probe's weights the error is
  * the one the output sees (a token's error reaches row i as p_ij e_j, so
  * it counts as sum_i p_ij^2: docs/fidelity.md); without them, every token
- * alike. x: the rows as scaled (before demeaning); op->val holds the
- * residual and op->mean the centres. */
-static void nvfp4_keep_helpful_centres(const float *x, const double *weight, int64_t n, int64_t d, value_operand *op) {
+ * alike. v and pre: the rows and their per-channel pre-scale; op->val
+ * holds the scaled residual and op->mean the scaled centres. */
+static void nvfp4_keep_helpful_centres(const float *v, const float *pre, const double *weight, int64_t n,
+                                       int64_t d, value_operand *op) {
     float a = amax_rows(op->val, d, 0, n);  /* the tensor scale nvfp4_values gives the demeaned rows */
     for (int64_t i = 0; i < op->tiles * d; i++) a = fmaxf(a, fabsf(op->mean[i]) / MEAN_HEADROOM_FP4);
     const float ts = vcattn_nvfp4_tensor_scale(a);
@@ -312,11 +315,11 @@ static void nvfp4_keep_helpful_centres(const float *x, const double *weight, int
         const int64_t t1 = t0 + VCATTN_TILE < n ? t0 + VCATTN_TILE : n;
         for (int64_t c = 0; c < d; c++) {
             const float mu = op->mean[j * d + c];
-            if (mu == 0.0f ||
-                nvfp4_block_error(x, weight, t0, t1, d, c, mu, ts) < nvfp4_block_error(x, weight, t0, t1, d, c, 0.0f, ts))
+            if (mu == 0.0f || nvfp4_block_error(v, pre[c], weight, t0, t1, d, c, mu, ts) <
+                                  nvfp4_block_error(v, pre[c], weight, t0, t1, d, c, 0.0f, ts))
                 continue;
             op->mean[j * d + c] = 0.0f;
-            for (int64_t t = t0; t < t1; t++) op->val[t * d + c] = x[t * d + c];
+            for (int64_t t = t0; t < t1; t++) op->val[t * d + c] = v[t * d + c] * pre[c];
         }
     }
 }
@@ -370,17 +373,7 @@ vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard,
     case VCATTN_V_FP8_CHANNEL: fp8_values_per_channel(op->val, n, d, op); break;
     case VCATTN_V_FP8_BLOCK: fp8_values_per_tile(op->val, n, d, op); break;
     case VCATTN_V_NVFP4:
-        if (demean) {
-            float *x = malloc((size_t)(n * d) * sizeof(float));
-            if (!x) {
-                value_operand_free(op);
-                return VCATTN_ERR_OUT_OF_MEMORY;
-            }
-            for (int64_t t = 0; t < n; t++)
-                for (int64_t i = 0; i < d; i++) x[t * d + i] = v[t * d + i] * pre[i];
-            nvfp4_keep_helpful_centres(x, weight, n, d, op);
-            free(x);
-        }
+        if (demean) nvfp4_keep_helpful_centres(v, pre, weight, n, d, op);
         nvfp4_values(op->val, n, d, op);
         break;
     }

@@ -98,9 +98,9 @@ cudaError_t attention_probe(const probe_args &a, int head_dim, cudaStream_t stre
 // probe: the attention probe's outputs, weighting each block's mean, or NULL.
 // out_max: with the check, V past it sets VC_FLAG_OUT_RANGE (0: no such check).
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean, float sink_guard,
-                       float out_max, const probe_args *probe, float *tile_mean, float *tile_hi, float *tile_lo, float *chan_inv,
-                       float *chan_mul, float *chan_pre, float *chan_pow2, uint8_t *records, uint8_t *mean_images,
-                       cudaStream_t stream);
+                       float out_max, const probe_args *probe, float *tile_mean, float *tile_hi, float *tile_lo,
+                       float *chan_inv, float *chan_mul, float *chan_pre, float *chan_pow2, uint8_t *records,
+                       uint8_t *mean_images, cudaStream_t stream);
 
 // k-means over the value tokens of each (batch, head), then the stable
 // counting sort of the labels. centroids [B*H][k][D] hold the start on entry.

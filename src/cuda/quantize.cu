@@ -697,12 +697,12 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
 }
 
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean,
-                       float sink_guard, float out_max, const probe_args *probe, float *tile_mean, float *tile_hi, float *tile_lo,
-                       float *chan_inv, float *chan_mul, float *chan_pre, float *chan_pow2, uint8_t *records,
-                       uint8_t *mean_images, cudaStream_t stream) {
+                       float sink_guard, float out_max, const probe_args *probe, float *tile_mean,
+                       float *tile_hi, float *tile_lo, float *chan_inv, float *chan_mul, float *chan_pre,
+                       float *chan_pow2, uint8_t *records, uint8_t *mean_images, cudaStream_t stream) {
     const int tiles = (c.tokens + VC_KV_ROWS - 1) / VC_KV_ROWS;
-    v_args a = {v, c, perm, demean, sink_guard, c.check_finite ? out_max : 0.0f, tile_mean, tile_hi, tile_lo, chan_inv, chan_mul, chan_pre,
-                chan_pow2, records, mean_images, probe ? *probe : probe_args{}};
+    v_args a = {v, c, perm, demean, sink_guard, c.check_finite ? out_max : 0.0f, tile_mean, tile_hi, tile_lo,
+                chan_inv, chan_mul, chan_pre, chan_pow2, records, mean_images, probe ? *probe : probe_args{}};
     const dim3 grid(tiles, c.heads, c.batch);
     const int smem = VC_KV_ROWS * (c.head_dim + 4) * (int)sizeof(float);
     cudaError_t err;

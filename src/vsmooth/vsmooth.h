@@ -64,7 +64,9 @@ VCATTN_HD int vsmooth_mean_worth_removing(double count, double mean2, double ene
  * maximum C (vsmooth_probe_prob): multiples of 2^-9 up to 256, so the tile
  * sums are exact, and the GPU, which keeps e as code bytes between its
  * passes, forms every other sum in the same order: both backends agree to
- * the bit.
+ * the bit. NVFP4 values (CPU) keep the plain mean and use the same weights
+ * to decide, per block and channel, whether it is subtracted at all: their
+ * error follows each 16-token run's largest value, not each value's own.
  */
 
 /* 2^k_st rescales a tile's probabilities from its ceiling to the row's
