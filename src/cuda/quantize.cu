@@ -32,13 +32,17 @@ constexpr int kMeanLanes = 8;     // token lanes per block of that sum
 template <int RPW, int E>
 __device__ __forceinline__ void load_rows(const dev_tensor &t, const int64_t (&at)[RPW],
                                           const bool (&valid)[RPW], float (&x)[RPW][E]) {
-    if (t.vec && t.dtype == VCATTN_DTYPE_F32) {  // rows 16-byte aligned: one 8- or 16-byte load
+    if (t.vec && t.dtype == VCATTN_DTYPE_F32) {  // rows 16-byte aligned: 8- or 16-byte loads
         const float *base = static_cast<const float *>(t.data);
 #pragma unroll
         for (int i = 0; i < RPW; i++) {
-            if constexpr (E == 4) {
-                const float4 v = valid[i] ? *reinterpret_cast<const float4 *>(base + at[i]) : make_float4(0, 0, 0, 0);
-                x[i][0] = v.x; x[i][1] = v.y; x[i][2] = v.z; x[i][3] = v.w;
+            if constexpr (E % 4 == 0) {
+#pragma unroll
+                for (int c = 0; c < E / 4; c++) {
+                    const float4 v =
+                        valid[i] ? reinterpret_cast<const float4 *>(base + at[i])[c] : make_float4(0, 0, 0, 0);
+                    x[i][4 * c] = v.x; x[i][4 * c + 1] = v.y; x[i][4 * c + 2] = v.z; x[i][4 * c + 3] = v.w;
+                }
             } else {
                 const float2 v = valid[i] ? *reinterpret_cast<const float2 *>(base + at[i]) : make_float2(0, 0);
                 x[i][0] = v.x; x[i][1] = v.y;
@@ -49,7 +53,13 @@ __device__ __forceinline__ void load_rows(const dev_tensor &t, const int64_t (&a
         uint32_t w[RPW][E / 2];
 #pragma unroll
         for (int i = 0; i < RPW; i++) {
-            if constexpr (E == 4) {
+            if constexpr (E % 8 == 0) {
+#pragma unroll
+                for (int c = 0; c < E / 8; c++) {
+                    const uint4 v = valid[i] ? reinterpret_cast<const uint4 *>(base + at[i])[c] : make_uint4(0, 0, 0, 0);
+                    w[i][4 * c] = v.x; w[i][4 * c + 1] = v.y; w[i][4 * c + 2] = v.z; w[i][4 * c + 3] = v.w;
+                }
+            } else if constexpr (E == 4) {
                 const uint2 v = valid[i] ? *reinterpret_cast<const uint2 *>(base + at[i]) : make_uint2(0, 0);
                 w[i][0] = v.x; w[i][1] = v.y;
             } else {
@@ -89,24 +99,27 @@ __device__ __forceinline__ void load_rows(const dev_tensor &t, const int64_t (&a
 // RoPE of the lane's elements of row x at position src, as the CPU: for a
 // pair (xa, xb), xa co - xb si and xa si + xb co. CHECK: report non-finite
 // table entries (the K mean skips it: quantize_k reads the same entries).
-template <int D, bool CHECK>
+// A row spans LANES lanes (a segment of the warp: 32, or kRowLanes in the
+// row quantizers); the lane's elements are [E sl, E sl + E), sl its place in
+// the segment.
+template <int D, bool CHECK, int LANES = 32>
 __device__ __forceinline__ void rope_row(const dev_rope &rope, const quant_common &c, int src, float *x) {
-    constexpr int E = D / 32;
+    constexpr int E = D / LANES;
     if (!rope.cos_tab) return;
-    const int lane = threadIdx.x & 31;
-    if (rope.half_split) {  // pairs (i, i + D/2): lanes l and l ^ 16 hold the two halves
-        const bool first = lane < 16;
-        const int64_t at = (int64_t)src * (D / 2) + (lane & 15) * E;
+    const int sl = threadIdx.x % LANES;
+    if (rope.half_split) {  // pairs (i, i + D/2): lanes sl and sl ^ LANES/2 hold the two halves
+        const bool first = sl < LANES / 2;
+        const int64_t at = (int64_t)src * (D / 2) + (sl % (LANES / 2)) * E;
 #pragma unroll
         for (int k = 0; k < E; k++) {
             float co = rope.cos_tab[at + k], si = rope.sin_tab[at + k];
             if (CHECK) co = checked(co, c), si = checked(si, c);
-            const float other = __shfl_xor_sync(0xffffffffu, x[k], 16);
+            const float other = __shfl_xor_sync(0xffffffffu, x[k], LANES / 2);
             const float xa = first ? x[k] : other, xb = first ? other : x[k];
             x[k] = first ? xa * co - xb * si : xa * si + xb * co;
         }
     } else {  // interleaved pairs (2i, 2i + 1) inside the lane
-        const int64_t at = (int64_t)src * (D / 2) + lane * (E / 2);
+        const int64_t at = (int64_t)src * (D / 2) + sl * (E / 2);
 #pragma unroll
         for (int k = 0; k < E; k += 2) {
             float co = rope.cos_tab[at + k / 2], si = rope.sin_tab[at + k / 2];
@@ -189,19 +202,40 @@ struct row_args {
     float *key_bias;         // K: [B*Hq][T][128] Q smoothing's per-key terms, or NULL
 };
 
+// A Q or K row spans a segment of kRowLanes lanes (a warp holds 32 /
+// kRowLanes rows at once), E = D / kRowLanes elements a lane: the per-row
+// sums and maxima are three shuffle levels instead of a whole warp's five,
+// and a lane's 16 elements (D 128) give the scheduler independent work
+// (with a row a warp the kernels were latency-bound: docs/perf-notes.md).
+constexpr int kRowLanes = 8;
+
+template <typename T> __device__ __forceinline__ T seg_sum(T x) {
+#pragma unroll
+    for (int o = kRowLanes / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ __forceinline__ float seg_max(float x) {
+#pragma unroll
+    for (int o = kRowLanes / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
 // Row (token n, original position src) rotated, smoothed and Hadamard-
 // transformed in place, with the arithmetic of the CPU's prepare_q /
 // prepare_kv (same products and sums, same bits); returns the row's amax.
-// mean: the lane's E elements of the K channel mean (used when a.kmean).
+// mean, qm: the K channel mean (used when a.kmean) and Q's channel mean
+// (QSMOOTH), whole, in shared memory (in registers they took 16 a lane).
 // QSMOOTH: a.qmean is set (a template argument, so the plain path carries
 // none of Q smoothing's registers: it cost the rows kernels 0.7 ms at Wan2.2).
+// Every lane of the warp calls it (the segments' rows may differ in
+// validity: valid says whether this row's sums and terms are written).
 template <int D, bool IS_KEY, bool QSMOOTH>
-__device__ __forceinline__ float transform_row(const row_args &a, int64_t head, int n, int src,
-                                               const float (&mean)[D / 32], const float (&qm)[D / 32],
-                                               float *x, float &norm_max) {
-    constexpr int E = D / 32;
-    const int lane = threadIdx.x & 31;
-    rope_row<D, true>(a.rope, a.c, src, x);
+__device__ __forceinline__ float transform_row(const row_args &a, int64_t head, int n, int src, bool valid,
+                                               const float *mean_s, const float *qm_s, float *x, float &norm_max) {
+    constexpr int E = D / kRowLanes;
+    const int sl = threadIdx.x % kRowLanes;
+    const float *mean = mean_s + sl * E, *qm = qm_s + sl * E;
+    rope_row<D, true, kRowLanes>(a.rope, a.c, src, x);
     if (a.kmean) {
         if constexpr (IS_KEY) {
 #pragma unroll
@@ -210,8 +244,8 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
             double s = 0.0;
 #pragma unroll
             for (int k = 0; k < E; k++) s += (double)x[k] * mean[k];
-            s = warp_sum(s);
-            if (lane == 0) a.lse_shift[head * a.c.tokens + n] = (float)(s * a.sm_scale);
+            s = seg_sum(s);
+            if (valid && sl == 0) a.lse_shift[head * a.c.tokens + n] = (float)(s * a.sm_scale);
         }
     }
     if (a.max_norm) {  // the score bound of the check (the Hadamard keeps norms)
@@ -221,8 +255,8 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
         double s = 0.0;
 #pragma unroll
         for (int k = 0; k < E; k++) s += (double)x[k] * x[k];
-        const double sum = warp_sum(s);
-        norm_max = fmaxf(norm_max, sum == sum ? (float)sqrt(sum) : INFINITY);
+        const double sum = seg_sum(s);
+        if (valid) norm_max = fmaxf(norm_max, sum == sum ? (float)sqrt(sum) : INFINITY);
     }
     if constexpr (QSMOOTH) {
         if constexpr (IS_KEY) {
@@ -235,9 +269,9 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
                 const int64_t qh = (int64_t)b * heads_q + (int64_t)hkv * a.group + g;
                 float s = 0.0f;
 #pragma unroll
-                for (int k = 0; k < E; k++) s += a.qmean[qh * D + lane * E + k] * x[k];
-                s = warp_sum(s);
-                if (lane == 0) a.key_bias[(qh * tiles + tile) * VC_KV_ROWS + r] = s * a.score_mul;
+                for (int k = 0; k < E; k++) s += a.qmean[qh * D + sl * E + k] * x[k];
+                s = seg_sum(s);
+                if (valid && sl == 0) a.key_bias[(qh * tiles + tile) * VC_KV_ROWS + r] = s * a.score_mul;
             }
         } else {
 #pragma unroll
@@ -258,7 +292,7 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
                 }
 #pragma unroll
         for (int span = E; span < D; span *= 2) {
-            const bool upper = lane & (span / E);
+            const bool upper = sl & (span / E);
 #pragma unroll
             for (int k = 0; k < E; k++) {
                 const float other = __shfl_xor_sync(0xffffffffu, x[k], span / E);
@@ -271,89 +305,103 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
     float m = 0.0f;
 #pragma unroll
     for (int k = 0; k < E; k++) m = fmaxf(m, fabsf(x[k]));
-    return warp_max(m);
+    return seg_max(m);
 }
 
-// The lane's E codes as one little-endian word: vcattn_int8_encode, with the
-// byte taken from the magic-number sum's bits (RNE, no F2I).
+// The lane's E codes as little-endian words (4 codes a word):
+// vcattn_int8_encode, with the byte taken from the magic-number sum's bits
+// (RNE, no F2I).
 template <int E>
-__device__ __forceinline__ uint32_t int8_codes(const float *x, float inv_scale) {
-    uint32_t word = 0;
+__device__ __forceinline__ void int8_codes(const float *x, float inv_scale, uint32_t *words) {
 #pragma unroll
-    for (int k = 0; k < E; k++) {
-        const float v = fminf(fmaxf(x[k] * inv_scale, -127.0f), 127.0f);
-        word |= (__float_as_uint(v + 12582912.0f) & 0xffu) << (8 * k);
+    for (int k0 = 0; k0 < E; k0 += 4) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int k = k0; k < k0 + 4 && k < E; k++) {
+            const float v = fminf(fmaxf(x[k] * inv_scale, -127.0f), 127.0f);
+            word |= (__float_as_uint(v + 12582912.0f) & 0xffu) << (8 * (k - k0));
+        }
+        words[k0 / 4] = word;
     }
-    return word;
 }
 
-// One tile of R rows (Q: 64, K: 128) per block, R/8 rows per warp held in
-// registers until the scales are known; codes staged row-major (rows padded
-// by 16 bytes: the 16-byte reads of the copy-out hit distinct banks), then
-// written out in the tile image order, 16 bytes per thread.
+// Stages a lane's E codes at p (16-byte aligned for E 16, 8-byte for E 8).
+template <int E>
+__device__ __forceinline__ void stage_codes(const float *x, float inv_scale, int8_t *p) {
+    uint32_t w[(E + 3) / 4];
+    int8_codes<E>(x, inv_scale, w);
+    if constexpr (E == 16) *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    else if constexpr (E == 8) *reinterpret_cast<uint2 *>(p) = make_uint2(w[0], w[1]);
+    else *reinterpret_cast<uint32_t *>(p) = w[0];
+}
+
+// One tile of R rows (Q: 64, K: 128) per block; a warp holds 32 / kRowLanes
+// rows at once and RPL rows a lane in registers until the scales are known;
+// codes staged row-major (rows padded by 16 bytes: the 16-byte reads of the
+// copy-out hit distinct banks), then written out in the tile image order,
+// 16 bytes per thread.
 template <int D, bool IS_KEY, bool QSMOOTH>
-__global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) {
-    constexpr int R = IS_KEY ? VC_KV_ROWS : VC_Q_ROWS, E = D / 32, WARPS = kRowThreads / 32;
-    constexpr int RPW = R / WARPS, LD = D + 16;
+__global__ void __launch_bounds__(kRowThreads, IS_KEY ? 2 : 4) quantize_rows_kernel(row_args a) {
+    constexpr int R = IS_KEY ? VC_KV_ROWS : VC_Q_ROWS, E = D / kRowLanes, WARPS = kRowThreads / 32;
+    constexpr int SEGS = 32 / kRowLanes, RPL = R / (WARPS * SEGS), LD = D + 16;
     __shared__ alignas(16) int8_t staged[R * LD];
     __shared__ float row_amax[R];
     __shared__ float group_inv[4];
+    __shared__ alignas(16) float mean[D], qm[D];
     const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = lane / kRowLanes, sl = lane % kRowLanes;
     const int64_t head = (int64_t)b * a.c.heads + h;
     const int tiles = gridDim.x;
 
-    float qm[E] = {};
-    if constexpr (!IS_KEY && QSMOOTH) {
-#pragma unroll
-        for (int k = 0; k < E; k++) qm[k] = a.qmean[head * D + lane * E + k];
-    }
-    float mean[E] = {};
-    if (a.kmean) {
+    if (threadIdx.x < D) {
         const int64_t mrow = IS_KEY ? head : (int64_t)b * a.heads_kv + h / (a.c.heads / a.heads_kv);
-#pragma unroll
-        for (int k = 0; k < E; k++) mean[k] = a.kmean[mrow * D + lane * E + k];
+        mean[threadIdx.x] = a.kmean ? a.kmean[mrow * D + threadIdx.x] : 0.0f;
+        qm[threadIdx.x] = !IS_KEY && QSMOOTH ? a.qmean[head * D + threadIdx.x] : 0.0f;
     }
-    int src[RPW];
-    int64_t at[RPW];
-    bool valid[RPW];
+    __syncthreads();
+    int src[RPL];
+    int64_t at[RPL];
+    bool valid[RPL];
 #pragma unroll
-    for (int i = 0; i < RPW; i++) {
-        const int n = tile * R + warp + WARPS * i;
+    for (int i = 0; i < RPL; i++) {  // row r of the tile: warps and segments interleaved
+        const int n = tile * R + warp * SEGS + seg + WARPS * SEGS * i;
         valid[i] = n < a.c.tokens;
         src[i] = valid[i] ? (a.perm ? a.perm[head * a.c.tokens + n] : n) : 0;
-        at[i] = b * a.x.sb + h * a.x.sh + (int64_t)src[i] * a.x.sn + lane * E;
+        at[i] = b * a.x.sb + h * a.x.sh + (int64_t)src[i] * a.x.sn + sl * E;
     }
-    float x[RPW][E];
-    load_rows<RPW, E>(a.x, at, valid, x);
+    float x[RPL][E];
+    load_rows<RPL, E>(a.x, at, valid, x);
     float norm_max = 0.0f;
 #pragma unroll
-    for (int i = 0; i < RPW; i++) {
-        const int r = warp + WARPS * i, n = tile * R + r;
-        float amax = 0.0f;
-        if (IS_KEY && QSMOOTH && !valid[i] && lane == 0) {  // keys past the end: term 0 (masked anyway)
+    for (int i = 0; i < RPL; i++) {
+        const int r = warp * SEGS + seg + WARPS * SEGS * i, n = tile * R + r;
+        if (IS_KEY && QSMOOTH && !valid[i] && sl == 0) {  // keys past the end: term 0 (masked anyway)
             const int64_t heads_q = (int64_t)a.c.heads * a.group;
             for (int g = 0; g < a.group; g++) {
                 const int64_t qh = (int64_t)b * heads_q + (int64_t)h * a.group + g;
                 a.key_bias[(qh * tiles + tile) * VC_KV_ROWS + r] = 0.0f;
             }
         }
-        if (valid[i]) {
-            if (a.c.check_finite)
+        if (valid[i] && a.c.check_finite)
 #pragma unroll
-                for (int k = 0; k < E; k++) checked(x[i][k], a.c);
-            amax = transform_row<D, IS_KEY, QSMOOTH>(a, head, n, src[i], mean, qm, x[i], norm_max);
+            for (int k = 0; k < E; k++) checked(x[i][k], a.c);
+        float amax = transform_row<D, IS_KEY, QSMOOTH>(a, head, n, src[i], valid[i], mean, qm, x[i], norm_max);
+        if (!valid[i]) {  // rows past the end: codes 0, no part in the scales
+            amax = 0.0f;
+#pragma unroll
+            for (int k = 0; k < E; k++) x[i][k] = 0.0f;
         }
         if constexpr (IS_KEY) {
-            if (lane == 0) row_amax[r] = amax;
+            if (sl == 0) row_amax[r] = amax;
         } else {  // per-token scale: encode now
             const vcattn_int8_scale s = vcattn_int8_scale_from_amax(amax);
-            if (lane == 0) a.scales[head * tiles * R + tile * R + r] = s.scale;
-            const uint32_t w = int8_codes<E>(x[i], s.inv_scale);
-            if constexpr (E == 4) *reinterpret_cast<uint32_t *>(staged + r * LD + lane * E) = w;
-            else *reinterpret_cast<uint16_t *>(staged + r * LD + lane * E) = (uint16_t)w;
+            if (sl == 0) a.scales[head * tiles * R + tile * R + r] = s.scale;
+            stage_codes<E>(x[i], s.inv_scale, staged + r * LD + sl * E);
         }
     }
+    // a segment's lanes agree; the warp's segments combined: one atomic a warp
+#pragma unroll
+    for (int o = kRowLanes; o < 32; o *= 2) norm_max = fmaxf(norm_max, __shfl_xor_sync(0xffffffffu, norm_max, o));
     if (a.max_norm && lane == 0 && norm_max > 0.0f)  // non-negative floats order as their bits
         atomicMax(reinterpret_cast<int *>(a.max_norm), __float_as_int(norm_max));
     if constexpr (IS_KEY) {
@@ -368,11 +416,9 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(row_args a) 
         }
         __syncthreads();
 #pragma unroll
-        for (int i = 0; i < RPW; i++) {
-            const int r = warp + WARPS * i;
-            const uint32_t w = int8_codes<E>(x[i], group_inv[(r & 7) >> 1]);
-            if constexpr (E == 4) *reinterpret_cast<uint32_t *>(staged + r * LD + lane * E) = w;
-            else *reinterpret_cast<uint16_t *>(staged + r * LD + lane * E) = (uint16_t)w;
+        for (int i = 0; i < RPL; i++) {
+            const int r = warp * SEGS + seg + WARPS * SEGS * i;
+            stage_codes<E>(x[i], group_inv[(r & 7) >> 1], staged + r * LD + sl * E);
         }
     }
     __syncthreads();
@@ -473,27 +519,37 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
         mean2_s = mean2;
     }
     __syncthreads();
-    int sink = 0, on_grid = 1;
-    if (a.demean && threadIdx.x < count) {  // four chains over i mod 4, as the CPU
-        // 16-byte loads: one thread per row at a stride of d + 4 floats is
-        // conflict-free in 16-byte units (4-way bank conflicts as floats)
-        const float4 *x = reinterpret_cast<const float4 *>(rows + threadIdx.x * ld);
-        double e[4] = {0.0, 0.0, 0.0, 0.0};
+    // Each row's energy in the CPU's four chains over i mod 4, two threads a
+    // row: half 0 the chains 0 and 1, half 1 the chains 2 and 3, combined as
+    // the CPU combines them, (e0 + e1) + (e2 + e3). 16-byte loads: one thread
+    // per row at a stride of d + 4 floats is conflict-free in 16-byte units.
+    const int er = threadIdx.x & (VC_KV_ROWS - 1), half = threadIdx.x >> 7;
+    int on_grid = 1;
+    double part = 0.0;
+    if (a.demean && er < count) {
+        const float4 *x = reinterpret_cast<const float4 *>(rows + er * ld);
+        double e0 = 0.0, e1 = 0.0;
         for (int i = 0; i < d; i += 4) {
             const float4 q = x[i / 4];
-            const float xs[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                e[c] += (double)xs[c] * (double)xs[c];
-                if (on_grid) on_grid = vcattn_e4m3_exact_at(xs[c], fmaxf(fabsf(hi_s[i + c]), fabsf(lo_s[i + c])));
-            }
+            const float u = half ? q.z : q.x, w = half ? q.w : q.y;
+            e0 += (double)u * (double)u;
+            e1 += (double)w * (double)w;
+            const int c = i + 2 * half;
+            if (on_grid)
+                on_grid = vcattn_e4m3_exact_at(u, fmaxf(fabsf(hi_s[c]), fabsf(lo_s[c]))) &&
+                          vcattn_e4m3_exact_at(w, fmaxf(fabsf(hi_s[c + 1]), fabsf(lo_s[c + 1])));
         }
-        const double energy = (e[0] + e[1]) + (e[2] + e[3]);
-        energy_s[threadIdx.x] = energy;
+        part = e0 + e1;
+        if (half) energy_s[er] = part;
+    }
+    on_grid = __syncthreads_and(on_grid);  // and the upper halves are in energy_s
+    int sink = 0;
+    if (a.demean && !half && er < count) {
+        const double energy = part + energy_s[er];
+        energy_s[er] = energy;
         sink = a.sink_guard > 0.0f && energy < (double)a.sink_guard * (double)a.sink_guard * mean2_s;
     }
     sink = __syncthreads_or(sink);
-    on_grid = __syncthreads_and(on_grid);
     if (a.demean && threadIdx.x == 0) {
         double energy = 0.0;
         for (int r = 0; r < count; r++) energy += energy_s[r];
