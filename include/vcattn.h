@@ -241,6 +241,12 @@ typedef struct {
  * one score's float32 rounding exceeds 2^-4, and past ~2^31 rows lose every
  * key or overflow (docs/robustness.md); real attention stays below 10^3. */
 #define VCATTN_MAX_SCORE_LOG2 1048576.0 /* 2^20 */
+/* The largest |score| (log2 units) a checked call lets a row lose: a row
+ * whose 8-bit scale comes out 0 (amax below ~3.7e-37, where 127 / amax
+ * overflows) scores 0 against every key. Below 2^-10 that moves a
+ * probability by under 0.07%, less than INT8's own error; beyond it (q near
+ * 1e-38 against k near 1e37) the call is refused, VCATTN_ERR_INVALID_ARGUMENT. */
+#define VCATTN_UNSEEN_SCORE_LOG2 (1.0 / 1024.0)
 
 VCATTN_API vcattn_config vcattn_config_default(void);
 /* sizeof(vcattn_config) as this library was built: a binding that mirrors

@@ -284,6 +284,53 @@ static void out_dtype_range(vcattn_context *ctx, const char *backend) {
     }
 }
 
+/* q near 1e-38 against k near 1e37: scores of order 1, but each query row's
+ * amax is below what an INT8 scale holds (127 / amax overflows), so its
+ * codes and scale came out 0 and every score read as 0: uniform attention
+ * with status OK (relative L2 0.30 on the 8-bit methods). Now refused with
+ * the check on, nothing written; NVFP4 (sage3-4bit), whose tensor scale
+ * holds such rows, runs at its usual error; q that small against ordinary
+ * keys (scores ~1e-38) is accepted. */
+static void unseen_scores(vcattn_context *ctx, const char *backend) {
+    enum { N = 200 };
+    static float q[H * N * D], k[H * N * D], v[H * N * D], out[H * N * D];
+    static double ref[H * N * D];
+    for (int i = 0; i < H * N * D; i++) {
+        q[i] = 1.0e-38f * nrand();
+        k[i] = 3.0e37f * nrand();
+        v[i] = nrand();
+    }
+    const views t = make_views(q, k, v, out, N, N, D);
+    vcattn_reference_attention(&t.q, &t.k, &t.v, NULL, 0.0f, ref, NULL);
+    static const char *const refused[] = {"sage2", "vc", "sage2+qsmooth", "fp8-naive"};
+    for (size_t m = 0; m < sizeof refused / sizeof refused[0]; m++) {
+        if (strcmp(backend, "cuda") == 0 && m == 3) continue;  /* CPU-only method */
+        vcattn_config cfg;
+        vcattn_config_from_method(refused[m], &cfg);
+        for (int i = 0; i < H * N * D; i++) out[i] = -7.0f;
+        const vcattn_status st = vcattn_attention(ctx, &cfg, &t.q, &t.k, &t.v, &t.out, NULL, NULL, NULL);
+        int untouched = 1;
+        for (int i = 0; i < H * N * D; i++) untouched &= out[i] == -7.0f;
+        CHECK(st == VCATTN_ERR_INVALID_ARGUMENT && strstr(vcattn_last_error(ctx), "read as 0") && untouched,
+              "%s, %s, q ~1e-38 against k ~1e37: status %d (%s), output untouched %d", backend, refused[m], st,
+              vcattn_last_error(ctx), untouched);
+    }
+    if (strcmp(backend, "cpu") == 0) {
+        vcattn_config cfg;
+        vcattn_config_from_method("sage3-4bit", &cfg);
+        const vcattn_status st = vcattn_attention(ctx, &cfg, &t.q, &t.k, &t.v, &t.out, NULL, NULL, NULL);
+        vcattn_metrics met;
+        metrics_compute(out, ref, H * N, D, &met);
+        CHECK(st == VCATTN_OK && met.rel_l2 < 0.25, "cpu, sage3-4bit, q ~1e-38 against k ~1e37: status %d, "
+              "relative L2 %.4f", st, met.rel_l2);
+    }
+    for (int i = 0; i < H * N * D; i++) k[i] = nrand();
+    vcattn_config cfg;
+    vcattn_config_from_method("vc", &cfg);
+    const vcattn_status st = vcattn_attention(ctx, &cfg, &t.q, &t.k, &t.v, &t.out, NULL, NULL, NULL);
+    CHECK(st == VCATTN_OK, "%s, q ~1e-38 against ordinary keys: status %d (%s)", backend, st, vcattn_last_error(ctx));
+}
+
 /* V and V 2^s give outputs exactly 2^s apart, bit for bit, for s = +-100:
  * every step on V (the power-of-two pre-scale near the float limits, the
  * k-means scale, block means, the sink guard, E4M3 scales) is invariant
@@ -331,6 +378,7 @@ int main(int argc, char **argv) {
         hadamard_overflow(ctx, bi ? "cuda" : "cpu");
         rope_overflow(ctx, bi ? "cuda" : "cpu");
         out_dtype_range(ctx, bi ? "cuda" : "cpu");
+        unseen_scores(ctx, bi ? "cuda" : "cpu");
         if (!bi) v_power_of_two(ctx);
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++)

@@ -20,6 +20,7 @@ typedef struct {
     value_operand v;   /* permuted, demeaned, quantized values */
     float *kmean;      /* [d] post-RoPE channel mean of K, or NULL */
     double max_norm;   /* largest |k| the scores see (after RoPE and smoothing) */
+    double unseen_norm;/* largest |k| of a row whose scale came out 0 (its scores read as 0) */
     float *rows;       /* q_smoothing: the keys as scored, [nk][d] (permuted, smoothed, before the Hadamard) */
     float *values;     /* the attention probe: V permuted, [nk][d], quantized once Q is */
 } kv_head;
@@ -28,6 +29,7 @@ typedef struct {
     score_operand q;
     float *lse_shift;  /* [nq] sm_scale * q.kmean: what K smoothing took out */
     double max_norm;   /* largest |q| after RoPE */
+    double unseen_norm;/* largest |q| of a row whose scale came out 0 (as quantized: after smoothing) */
     float *key_bias;   /* q_smoothing: [nk] sm_scale log2(e) (mean_q . k_j), added to the scores */
 } q_head;
 
@@ -124,7 +126,8 @@ static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const 
     float *vx = load_rows(v, b, h, NULL, NULL, VCATTN_ROPE_INTERLEAVED);
     float *kp = malloc((size_t)(n * d) * sizeof(float));
     float *vp = malloc((size_t)(n * d) * sizeof(float));
-    if (!kx || !vx || !kp || !vp) goto done;
+    double *norms = malloc((size_t)n * sizeof(double));
+    if (!kx || !vx || !kp || !vp || !norms) goto done;
 
     int32_t *perm = NULL;
     if (vsmooth_plan_permutes(plan)) {
@@ -151,7 +154,8 @@ static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const 
             vp[t * d + i] = vx[src * d + i];
             norm2 += (double)kp[t * d + i] * kp[t * d + i];
         }
-        kv->max_norm = fmax(kv->max_norm, row_norm(norm2));
+        norms[t] = row_norm(norm2);
+        kv->max_norm = fmax(kv->max_norm, norms[t]);
         if (cfg->hadamard) cpu_hadamard(kp + t * d, d);
     }
     if (cfg->q_smoothing) {  /* the bias of Q smoothing needs the keys before the Hadamard */
@@ -163,6 +167,8 @@ static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const 
         }
     }
     if ((st = quantize_scores(cfg->qk_format, 1, kp, n, d, &kv->k))) goto done;
+    for (int64_t t = 0; t < n; t++)
+        if (kv->k.mul[t] == 0.0f) kv->unseen_norm = fmax(kv->unseen_norm, norms[t]);
     if (probes(cfg, plan)) {  /* V waits for Q: the probe needs its scores */
         kv->values = vp;
         vp = NULL;
@@ -170,7 +176,7 @@ static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const 
         st = quantize_values(cfg->v_format, plan != VCATTN_GROUP_NONE, cfg->sink_guard, vp, NULL, n, d, &kv->v);
     }
 done:
-    free(kx); free(vx); free(kp); free(vp);
+    free(kx); free(vx); free(kp); free(vp); free(norms);
     return st;
 }
 
@@ -183,8 +189,10 @@ static vcattn_status prepare_q(const problem *p, const vcattn_tensor *q, const v
     float *x = load_rows(q, b, h, rope ? rope->q_cos : NULL, rope ? rope->q_sin : NULL,
                          rope ? rope->style : VCATTN_ROPE_INTERLEAVED);
     qh->lse_shift = calloc((size_t)n, sizeof(float));
-    if (!x || !qh->lse_shift) {
+    double *norms = malloc((size_t)n * sizeof(double));  /* of the rows as quantized */
+    if (!x || !qh->lse_shift || !norms) {
         free(x);
+        free(norms);
         return VCATTN_ERR_OUT_OF_MEMORY;
     }
     float qmean[VCATTN_MAX_HEAD_DIM];
@@ -192,6 +200,7 @@ static vcattn_status prepare_q(const problem *p, const vcattn_tensor *q, const v
         qh->key_bias = malloc((size_t)p->nk * sizeof(float));
         if (!qh->key_bias) {
             free(x);
+            free(norms);
             return VCATTN_ERR_OUT_OF_MEMORY;
         }
         for (int64_t i = 0; i < d; i++) {
@@ -214,12 +223,22 @@ static vcattn_status prepare_q(const problem *p, const vcattn_tensor *q, const v
             for (int64_t i = 0; i < d; i++) s += (double)x[t * d + i] * kv->kmean[i];
             qh->lse_shift[t] = (float)(s * p->sm_scale);
         }
-        if (cfg->q_smoothing)
-            for (int64_t i = 0; i < d; i++) x[t * d + i] = x[t * d + i] - qmean[i];
+        norms[t] = row_norm(norm2);
+        if (cfg->q_smoothing) {
+            double s2 = 0.0;
+            for (int64_t i = 0; i < d; i++) {
+                x[t * d + i] = x[t * d + i] - qmean[i];
+                s2 += (double)x[t * d + i] * x[t * d + i];
+            }
+            norms[t] = row_norm(s2);
+        }
         if (cfg->hadamard) cpu_hadamard(x + t * d, d);
     }
     vcattn_status st = quantize_scores(cfg->qk_format, 0, x, n, d, &qh->q);
+    for (int64_t t = 0; !st && t < n; t++)
+        if (qh->q.mul[t] == 0.0f) qh->unseen_norm = fmax(qh->unseen_norm, norms[t]);
     free(x);
+    free(norms);
     return st;
 }
 
@@ -478,6 +497,20 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_call *call, const 
         /* A row past the float range is refused even against keys that
          * smoothing made zero: Inf * 0 is NaN, which no comparison catches. */
         const double bound = isinf(max_q) || isinf(max_k) ? INFINITY : max_q * max_k * p.sm_scale * VCATTN_LOG2E;
+        /* Rows whose scale came out 0 (amax below ~3.7e-37: 127 / amax
+         * overflows) score 0 against every key: refused where the scores
+         * they lose could matter (q ~1e-37 against k ~1e37 scores ~1). */
+        double unseen_q = 0.0, unseen_k = 0.0;
+        for (int64_t g = 0; g < nqh; g++) unseen_q = fmax(unseen_q, p.qh[g].unseen_norm);
+        for (int64_t g = 0; g < nkv; g++) unseen_k = fmax(unseen_k, p.kv[g].unseen_norm);
+        const double lost = fmax(unseen_q * max_k, max_q * unseen_k) * p.sm_scale * VCATTN_LOG2E;
+        if (lost > VCATTN_UNSEEN_SCORE_LOG2) {
+            st = vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                             "scores up to %.3g (log2 units) would read as 0: rows of norm %.3g (q) or %.3g (k) are "
+                             "below what INT8 scales hold (amax ~3.7e-37) against rows of norm %.3g (k) or %.3g (q); "
+                             "scale q up and k down by the same power of two", lost, unseen_q, unseen_k, max_k, max_q);
+            goto done;
+        }
         if (bound > VCATTN_MAX_SCORE_LOG2) {
             st = vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
                              "scores could reach %.3g (log2 units: |q| %.3g, |k| %.3g after RoPE and "

@@ -333,7 +333,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         vc_attention_sm90_reads_means((int)D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped);
     const size_t mean_images = reads_means ? kvh * ((T + VC_MEAN_TILES - 1) / VC_MEAN_TILES) : 0;
     const size_t sizes[] = {
-        4 * sizeof(int), kvh * D * 4, mean_partials * 8,                         // flag + norms, kmean, partials
+        8 * sizeof(int), kvh * D * 4, mean_partials * 8,                         // flag + norms, kmean, partials
         rg || pr ? kvh * Nk * 4 : 0, rg ? kvh * k * D * 4 : 0, rg ? kvh * k * 4 : 0,  // perm, centroids, norms
         rg ? kvh * Nk * 4 : 0, rg ? kvh * chunks * k * D * 8 : 0,                // labels, sums
         rg ? kvh * chunks * k * 4 : 0, rg ? kvh * k * 4 : 0, rg ? kvh * 4 : 0,   // counts, init rows, amax
@@ -351,7 +351,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     for (size_t sz : sizes) total += (sz + 255) & ~size_t(255);
     cudaError_t err = cs.alloc((void **)&cs.work, total);
     if (err != cudaSuccess) return cs.cuda_fail(err, "workspace");
-    op->flag = cs.take<int>(4);  // [0] the check's flag, [2], [3] the largest |q| and |k|
+    op->flag = cs.take<int>(8);  // [0] the check's flag, [2], [3] the largest |q| and |k|, [4], [5] of unseen rows
     float *max_norm = reinterpret_cast<float *>(op->flag + 2);
     op->kmean = cs.take<float>(kvh * D);
     double *partials = cs.take<double>(mean_partials);
@@ -409,7 +409,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         probe.tile_factor = cs.take<double>(kvh * S * T);
         probe.mean_weight = cs.take<double>(kvh);
     }
-    if ((err = cudaMemsetAsync(op->flag, 0, 4 * sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
+    if ((err = cudaMemsetAsync(op->flag, 0, 8 * sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
 
     const float sm_scale = c.sm_scale;
     const float hadamard_scale = 1.0f / sqrtf((float)D);
@@ -505,6 +505,11 @@ vcattn_status await_flag(call_state &cs, const vcattn_config *cfg, const operand
                            "scores could pass %g (log2 units, from |q| and |k| after RoPE and smoothing): "
                            "beyond what the float32 softmax resolves", VCATTN_MAX_SCORE_LOG2);
     if (found & VC_FLAG_OUT_RANGE) return vcattn_fail_out_range(cs.ctx, out_dtype);
+    if (found & VC_FLAG_UNSEEN_SCORES)
+        return vcattn_fail(cs.ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                           "scores past %g (log2 units) would read as 0: rows of q or k are below what INT8 scales "
+                           "hold (amax ~3.7e-37) against rows large enough to score with them; scale q up and k down "
+                           "by the same power of two", VCATTN_UNSEEN_SCORE_LOG2);
     return VCATTN_OK;
 }
 

@@ -24,6 +24,7 @@ enum error_flag_bits {
     VC_FLAG_SCORE_RANGE = 2,      // scores past VCATTN_MAX_SCORE_LOG2
     VC_FLAG_HADAMARD_RANGE = 4,   // a row the Hadamard rotation would overflow
     VC_FLAG_OUT_RANGE = 8,        // V past the largest value of out's dtype
+    VC_FLAG_UNSEEN_SCORES = 16,   // rows with a zero INT8 scale would lose scores that matter
 };
 
 struct quant_common {

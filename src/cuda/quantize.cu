@@ -229,12 +229,16 @@ __device__ __forceinline__ float seg_max(float x) {
 // none of Q smoothing's registers: it cost the rows kernels 0.7 ms at Wan2.2).
 // Every lane of the warp calls it (the segments' rows may differ in
 // validity: valid says whether this row's sums and terms are written).
+// row_norm: with the check, the row's norm as quantized (after smoothing,
+// before the Hadamard); 0 for a row past the end or without the check.
 template <int D, bool IS_KEY, bool QSMOOTH>
 __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, int n, int src, bool valid,
-                                               const float *mean_s, const float *qm_s, float *x, float &norm_max) {
+                                               const float *mean_s, const float *qm_s, float *x, float &norm_max,
+                                               float &row_norm) {
     constexpr int E = D / kRowLanes;
     const int sl = threadIdx.x % kRowLanes;
     const float *mean = mean_s + sl * E, *qm = qm_s + sl * E;
+    row_norm = 0.0f;
     rope_row<D, true, kRowLanes>(a.rope, a.c, src, x);
     if (a.kmean) {
         if constexpr (IS_KEY) {
@@ -256,7 +260,8 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
 #pragma unroll
         for (int k = 0; k < E; k++) s += (double)x[k] * x[k];
         const double sum = seg_sum(s);
-        if (valid) norm_max = fmaxf(norm_max, sum == sum ? (float)sqrt(sum) : INFINITY);
+        if (valid) row_norm = sum == sum ? (float)sqrt(sum) : INFINITY;
+        norm_max = fmaxf(norm_max, row_norm);
     }
     if constexpr (QSMOOTH) {
         if constexpr (IS_KEY) {
@@ -274,8 +279,16 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
                 if (valid && sl == 0) a.key_bias[(qh * tiles + tile) * VC_KV_ROWS + r] = s * a.score_mul;
             }
         } else {
+            double s = 0.0;
 #pragma unroll
-            for (int k = 0; k < E; k++) x[k] = x[k] - qm[k];
+            for (int k = 0; k < E; k++) {
+                x[k] = x[k] - qm[k];
+                s += (double)x[k] * x[k];
+            }
+            if (a.max_norm) {  // the row as quantized, for the unseen-score check
+                const double sum = seg_sum(s);
+                if (valid) row_norm = sum == sum ? (float)sqrt(sum) : INFINITY;
+            }
         }
     }
     if (a.hadamard) {
@@ -345,7 +358,7 @@ __global__ void __launch_bounds__(kRowThreads, IS_KEY ? 2 : 4) quantize_rows_ker
     constexpr int R = IS_KEY ? VC_KV_ROWS : VC_Q_ROWS, E = D / kRowLanes, WARPS = kRowThreads / 32;
     constexpr int SEGS = 32 / kRowLanes, RPL = R / (WARPS * SEGS), LD = D + 16;
     __shared__ alignas(16) int8_t staged[R * LD];
-    __shared__ float row_amax[R];
+    __shared__ float row_amax[R], row_norms[IS_KEY ? R : 1];
     __shared__ float group_inv[4];
     __shared__ alignas(16) float mean[D], qm[D];
     const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -371,7 +384,7 @@ __global__ void __launch_bounds__(kRowThreads, IS_KEY ? 2 : 4) quantize_rows_ker
     }
     float x[RPL][E];
     load_rows<RPL, E>(a.x, at, valid, x);
-    float norm_max = 0.0f;
+    float norm_max = 0.0f, unseen = 0.0f;  // unseen: the largest norm of a row whose scale is 0
 #pragma unroll
     for (int i = 0; i < RPL; i++) {
         const int r = warp * SEGS + seg + WARPS * SEGS * i, n = tile * R + r;
@@ -385,25 +398,35 @@ __global__ void __launch_bounds__(kRowThreads, IS_KEY ? 2 : 4) quantize_rows_ker
         if (valid[i] && a.c.check_finite)
 #pragma unroll
             for (int k = 0; k < E; k++) checked(x[i][k], a.c);
-        float amax = transform_row<D, IS_KEY, QSMOOTH>(a, head, n, src[i], valid[i], mean, qm, x[i], norm_max);
+        float row_norm;
+        float amax = transform_row<D, IS_KEY, QSMOOTH>(a, head, n, src[i], valid[i], mean, qm, x[i], norm_max, row_norm);
         if (!valid[i]) {  // rows past the end: codes 0, no part in the scales
             amax = 0.0f;
 #pragma unroll
             for (int k = 0; k < E; k++) x[i][k] = 0.0f;
         }
         if constexpr (IS_KEY) {
-            if (sl == 0) row_amax[r] = amax;
+            if (sl == 0) {
+                row_amax[r] = amax;
+                row_norms[r] = row_norm;
+            }
         } else {  // per-token scale: encode now
             const vcattn_int8_scale s = vcattn_int8_scale_from_amax(amax);
+            if (s.scale == 0.0f) unseen = fmaxf(unseen, row_norm);  // its scores read as 0
             if (sl == 0) a.scales[head * tiles * R + tile * R + r] = s.scale;
             stage_codes<E>(x[i], s.inv_scale, staged + r * LD + sl * E);
         }
     }
     // a segment's lanes agree; the warp's segments combined: one atomic a warp
 #pragma unroll
-    for (int o = kRowLanes; o < 32; o *= 2) norm_max = fmaxf(norm_max, __shfl_xor_sync(0xffffffffu, norm_max, o));
+    for (int o = kRowLanes; o < 32; o *= 2) {
+        norm_max = fmaxf(norm_max, __shfl_xor_sync(0xffffffffu, norm_max, o));
+        if constexpr (!IS_KEY) unseen = fmaxf(unseen, __shfl_xor_sync(0xffffffffu, unseen, o));
+    }
     if (a.max_norm && lane == 0 && norm_max > 0.0f)  // non-negative floats order as their bits
         atomicMax(reinterpret_cast<int *>(a.max_norm), __float_as_int(norm_max));
+    if (!IS_KEY && a.max_norm && lane == 0 && unseen > 0.0f)  // the slot two past the norm's
+        atomicMax(reinterpret_cast<int *>(a.max_norm + 2), __float_as_int(unseen));
     if constexpr (IS_KEY) {
         // 4 scales per tile: keys with the same (key % 8) / 2 (a thread's keys in the attention kernel).
         __syncthreads();
@@ -413,6 +436,11 @@ __global__ void __launch_bounds__(kRowThreads, IS_KEY ? 2 : 4) quantize_rows_ker
             const vcattn_int8_scale s = vcattn_int8_scale_from_amax(m);
             a.scales[(head * tiles + tile) * 4 + threadIdx.x] = s.scale;
             group_inv[threadIdx.x] = s.inv_scale;
+            if (s.scale == 0.0f && a.max_norm) {  // the group's scores read as 0
+                float u = 0.0f;
+                for (int r = 2 * threadIdx.x; r < R; r += 8) u = fmaxf(u, fmaxf(row_norms[r], row_norms[r + 1]));
+                if (u > 0.0f) atomicMax(reinterpret_cast<int *>(a.max_norm + 2), __float_as_int(u));
+            }
         }
         __syncthreads();
 #pragma unroll
@@ -682,13 +710,17 @@ __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
 
 // The check's score bound: |q| |k| sm_scale log2(e) beyond what float32
 // softmax resolves sets flag bit 2, a row norm whose Hadamard could overflow
-// (2 sqrt(D) |x| past the float maximum, as the CPU) bit 4; the attention
-// kernel then writes nothing.
+// (2 sqrt(D) |x| past the float maximum, as the CPU) bit 4, scores past
+// VCATTN_UNSEEN_SCORE_LOG2 that rows with a zero scale lose bit 16; the
+// attention kernel then writes nothing.
 __global__ void score_bound_kernel(const float *max_norm, float score_mul, int hadamard, quant_common c) {
     if (hadamard && fmax((double)max_norm[0], (double)max_norm[1]) * 2.0 * sqrt((double)c.head_dim) > FLT_MAX)
         atomicOr(c.error_flag, VC_FLAG_HADAMARD_RANGE);
     const double q = max_norm[0], k = max_norm[1];  // an Inf norm is refused even against k = 0
     if (isinf(q) || isinf(k) || q * k * (double)score_mul > VCATTN_MAX_SCORE_LOG2) atomicOr(c.error_flag, VC_FLAG_SCORE_RANGE);
+    // rows whose scale came out 0 (max_norm[2], [3]: q, k) score 0 against every key
+    if (fmax((double)max_norm[2] * k, q * (double)max_norm[3]) * (double)score_mul > VCATTN_UNSEEN_SCORE_LOG2)
+        atomicOr(c.error_flag, VC_FLAG_UNSEEN_SCORES);
 }
 
 }  // namespace
