@@ -4,7 +4,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "kernels.h"
+#include "operand_layout.h"
 #include "vcattn.h"
 
 static __device__ __forceinline__ float load_elem(const dev_tensor &t, int64_t b, int64_t h,
@@ -46,6 +49,11 @@ static __device__ __forceinline__ void widen8(int dtype, uint4 raw, float *v) {
 }
 
 // Eight consecutive elements of a row (16-byte aligned) as float.
+// One bf16 or fp16 value's bits widened to float.
+static __device__ __forceinline__ float widen1(int dtype, uint16_t u) {
+    return dtype == VCATTN_DTYPE_BF16 ? __uint_as_float((uint32_t)u << 16) : __half2float(__ushort_as_half(u));
+}
+
 static __device__ __forceinline__ void load8(const dev_tensor &t, int64_t at, float *v) {
     if (t.dtype == VCATTN_DTYPE_F32) {
         const float4 *p = reinterpret_cast<const float4 *>(static_cast<const float *>(t.data) + at);
@@ -65,36 +73,86 @@ static __device__ __forceinline__ void load_row8(const dev_tensor &t, int b, int
     for (int e = 0; e < 8; e++) v[e] = load_elem(t, b, h, n, col + e);
 }
 
-// Rows [n0, n0 + rows) of head (b, h), gathered through perm (may be NULL), as
-// float into x[rows][ld]; rows past the end are zero. The whole block loads
-// the tile, 16 bytes per access where rows are aligned (the quantizers were
-// instruction-bound on per-element loads and address arithmetic). d is a
-// power of two, a multiple of 8; ld a multiple of 4.
-static __device__ void load_tile(const dev_tensor &t, const quant_common &c, int b, int h,
-                                 const int32_t *perm, int n0, int rows, float *x, int ld) {
-    const int d = c.head_dim;
-    const int64_t head = (int64_t)b * c.heads + h, base = b * t.sb + h * t.sh;
-    if (t.vec) {
-        const int shift = __ffs(d / 8) - 1, total = rows * (d / 8);
-        for (int i = threadIdx.x; i < total; i += blockDim.x) {
-            const int r = i >> shift, col = (i & (d / 8 - 1)) * 8, n = n0 + r;
-            float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-            if (n < c.tokens) {
-                load8(t, base + (int64_t)(perm ? perm[head * c.tokens + n] : n) * t.sn + col, v);
-                if (c.check_finite)
-                    for (int e = 0; e < 8; e++) checked(v[e], c);
-            }
-            float4 *dst = reinterpret_cast<float4 *>(x + r * ld + col);
-            dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-            dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+// A tile of VC_KV_ROWS rows of one head in shared memory: as loaded (bf16 or
+// fp16 bits, kHalf) or as float. 16-bit rows take half the space, so twice
+// the blocks fit an SM (the V passes were limited to 2-3 blocks by a float
+// tile of 67 KB). Rows padded by 4 elements: 8-byte reads of 4 channels by
+// one thread a row hit distinct banks (for floats: 16-byte reads).
+template <bool kHalf>
+struct smem_tile {
+    using elem = typename std::conditional<kHalf, uint16_t, float>::type;
+    elem *x;
+    int ld, dtype;
+
+    static __host__ __device__ int bytes(int d) { return VC_KV_ROWS * (d + 4) * (int)sizeof(elem); }
+    __device__ smem_tile(void *smem, int d, int dtype_) : x(static_cast<elem *>(smem)), ld(d + 4), dtype(dtype_) {}
+
+    __device__ float get(int r, int ch) const {
+        if constexpr (kHalf) return widen1(dtype, x[r * ld + ch]);
+        else return x[r * ld + ch];
+    }
+    // Channels [ch, ch + 4) of row r; ch a multiple of 4.
+    __device__ float4 get4(int r, int ch) const {
+        if constexpr (kHalf) {
+            const uint2 w = *reinterpret_cast<const uint2 *>(x + r * ld + ch);
+            return make_float4(widen1(dtype, (uint16_t)w.x), widen1(dtype, (uint16_t)(w.x >> 16)),
+                               widen1(dtype, (uint16_t)w.y), widen1(dtype, (uint16_t)(w.y >> 16)));
+        } else {
+            return *reinterpret_cast<const float4 *>(x + r * ld + ch);
         }
-        return;
     }
-    const int shift = __ffs(d) - 1, total = rows * d;
-    for (int e = threadIdx.x; e < total; e += blockDim.x) {
-        const int r = e >> shift, col = e & (d - 1), n = n0 + r;
-        float v = 0.0f;
-        if (n < c.tokens) v = checked(load_elem(t, b, h, perm ? perm[head * c.tokens + n] : n, col), c);
-        x[r * ld + col] = v;
+
+    // Rows [n0, n0 + rows) of head (b, h), gathered through perm (may be
+    // NULL); rows of the tile from `rows` on are not written. The whole block loads the tile, 16
+    // bytes per access where rows are aligned (the quantizers were
+    // instruction-bound on per-element loads and address arithmetic); kHalf
+    // needs them aligned. d is a power of two, a multiple of 8.
+    __device__ void load(const dev_tensor &t, const quant_common &c, int b, int h, const int32_t *perm, int n0,
+                         int rows) {
+        const int d = c.head_dim;
+        const int64_t head = (int64_t)b * c.heads + h, base = b * t.sb + h * t.sh;
+        if (kHalf || t.vec) {
+            const int shift = __ffs(d / 8) - 1, total = rows * (d / 8);
+            for (int i = threadIdx.x; i < total; i += blockDim.x) {
+                const int r = i >> shift, col = (i & (d / 8 - 1)) * 8, n = n0 + r;
+                const bool in = n < c.tokens;
+                const int64_t at = in ? base + (int64_t)(perm ? perm[head * c.tokens + n] : n) * t.sn + col : 0;
+                if constexpr (kHalf) {
+                    uint4 raw = make_uint4(0u, 0u, 0u, 0u);
+                    if (in) {
+                        raw = *reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(t.data) + at);
+                        if (c.check_finite) {
+                            float v[8];
+                            widen8(t.dtype, raw, v);
+                            for (int e = 0; e < 8; e++) checked(v[e], c);
+                        }
+                    }
+                    uint2 *dst = reinterpret_cast<uint2 *>(x + r * ld + col);
+                    dst[0] = make_uint2(raw.x, raw.y);
+                    dst[1] = make_uint2(raw.z, raw.w);
+                } else {
+                    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+                    if (in) {
+                        load8(t, at, v);
+                        if (c.check_finite)
+                            for (int e = 0; e < 8; e++) checked(v[e], c);
+                    }
+                    float4 *dst = reinterpret_cast<float4 *>(x + r * ld + col);
+                    dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+                    dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+                }
+            }
+            return;
+        }
+        if constexpr (!kHalf) {
+            const int shift = __ffs(d) - 1, total = rows * d;
+            for (int e = threadIdx.x; e < total; e += blockDim.x) {
+                const int r = e >> shift, col = e & (d - 1), n = n0 + r;
+                float v = 0.0f;
+                if (n < c.tokens)
+                    v = checked(load_elem(t, b, h, perm ? perm[head * c.tokens + n] : n, col), c);
+                x[r * ld + col] = v;
+            }
+        }
     }
-}
+};

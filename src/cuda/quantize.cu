@@ -511,17 +511,19 @@ __device__ void probe_weights(const probe_args &p, int64_t head, int tile, int t
 // below sink_guard^2 |mean|^2, a mean with under VSMOOTH_MIN_MEAN_SHARE of
 // the block's energy, or values all on the E4M3 grid at the block's channel
 // ranges (vcattn_e4m3_exact_at); the CPU's double sums in the CPU's order.
+template <bool kHalf>
 __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
-    extern __shared__ float rows[];  // [128][D + 4]
+    extern __shared__ __align__(16) uint8_t tile_smem[];
     __shared__ float mean_s[kMaxHeadDim], hi_s[kMaxHeadDim], lo_s[kMaxHeadDim];
     __shared__ double energy_s[VC_KV_ROWS], mean2_s, weight_s[VC_KV_ROWS];
     __shared__ int keep_s;
-    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim, ld = d + 4;
+    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim;
     const int64_t head = (int64_t)b * a.c.heads + h;
     const int n0 = tile * VC_KV_ROWS, count = min(VC_KV_ROWS, a.c.tokens - n0);
     const bool weighted = a.demean && a.probe.rows > 0;
     if (weighted) probe_weights(a.probe, head, tile, gridDim.x, count, weight_s);
-    load_tile(a.v, a.c, b, h, a.perm, n0, count, rows, ld);
+    smem_tile<kHalf> rows(tile_smem, d, a.v.dtype);
+    rows.load(a.v, a.c, b, h, a.perm, n0, count);
     __syncthreads();
     for (int ch = threadIdx.x; ch < d; ch += kRowThreads) {
         double s = 0.0, total = (double)count;
@@ -531,7 +533,7 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
             for (int r = 0; r < count; r++) total += weight_s[r];
         }
         for (int r = 0; r < count; r++) {
-            const float x = rows[r * ld + ch];
+            const float x = rows.get(r, ch);
             s += weighted ? weight_s[r] * (double)x : (double)x;
             hi = fmaxf(hi, x);
             lo = fminf(lo, x);
@@ -549,16 +551,15 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     __syncthreads();
     // Each row's energy in the CPU's four chains over i mod 4, two threads a
     // row: half 0 the chains 0 and 1, half 1 the chains 2 and 3, combined as
-    // the CPU combines them, (e0 + e1) + (e2 + e3). 16-byte loads: one thread
-    // per row at a stride of d + 4 floats is conflict-free in 16-byte units.
+    // the CPU combines them, (e0 + e1) + (e2 + e3); a thread reads 4 channels
+    // at a time (smem_tile's padding keeps these reads conflict-free).
     const int er = threadIdx.x & (VC_KV_ROWS - 1), half = threadIdx.x >> 7;
     int on_grid = 1;
     double part = 0.0;
     if (a.demean && er < count) {
-        const float4 *x = reinterpret_cast<const float4 *>(rows + er * ld);
         double e0 = 0.0, e1 = 0.0;
         for (int i = 0; i < d; i += 4) {
-            const float4 q = x[i / 4];
+            const float4 q = rows.get4(er, i);
             const float u = half ? q.z : q.x, w = half ? q.w : q.y;
             e0 += (double)u * (double)u;
             e1 += (double)w * (double)w;
@@ -668,15 +669,17 @@ static __device__ void write_mean_image(const v_args &a, int64_t head, int tile,
 // then the block mean in code units. A thread writes 16 bytes: one channel,
 // the 16 key positions of a 16-group (a warp's lanes take 32 channels, so
 // the reads of one token hit distinct banks).
+template <bool kHalf>
 __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
-    extern __shared__ float rows[];  // [128][D + 4]
-    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim, ld = d + 4;
+    extern __shared__ __align__(16) uint8_t tile_smem[];
+    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim;
     const int64_t head = (int64_t)b * a.c.heads + h;
     const int tiles = gridDim.x, n0 = tile * VC_KV_ROWS;
     const int count = min(VC_KV_ROWS, a.c.tokens - n0);
     const float *mean = a.tile_mean + (head * tiles + tile) * d;
     const float *inv = a.chan_inv + head * d, *pre = a.chan_pre + head * d;
-    load_tile(a.v, a.c, b, h, a.perm, n0, count, rows, ld);
+    smem_tile<kHalf> rows(tile_smem, d, a.v.dtype);
+    rows.load(a.v, a.c, b, h, a.perm, n0, count);
     __syncthreads();
     uint8_t *rec = a.records + (head * tiles + tile) * (int64_t)vc_v_record_bytes(d);
     const uint32_t vt_rows = d + VC_ONES_ROWS;
@@ -694,7 +697,7 @@ __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const uint32_t token = col + vc_sigma(4 * q + e);  // col is a multiple of 16
-                    f[e] = (int)token < count ? (rows[token * ld + row] * p - mu) * scale : 0.0f;
+                    f[e] = (int)token < count ? (rows.get(token, row) * p - mu) * scale : 0.0f;
                 }
                 w[q] = cvt_e4m3x2(f[0], f[1]) | (cvt_e4m3x2(f[2], f[3]) << 16);
             }
@@ -792,13 +795,17 @@ cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t
     v_args a = {v, c, perm, demean, sink_guard, c.check_finite ? out_max : 0.0f, tile_mean, tile_hi, tile_lo,
                 chan_inv, chan_mul, chan_pre, chan_pow2, records, mean_images, probe ? *probe : probe_args{}};
     const dim3 grid(tiles, c.heads, c.batch);
-    const int smem = VC_KV_ROWS * (c.head_dim + 4) * (int)sizeof(float);
+    // 16-bit rows stay 16-bit in shared memory (twice the blocks an SM)
+    const bool half = v.vec && v.dtype != VCATTN_DTYPE_F32;
+    const int smem = half ? smem_tile<true>::bytes(c.head_dim) : smem_tile<false>::bytes(c.head_dim);
+    void (*stats)(v_args) = half ? v_stats_kernel<true> : v_stats_kernel<false>;
+    void (*encode)(v_args) = half ? v_encode_kernel<true> : v_encode_kernel<false>;
     cudaError_t err;
-    if ((err = cudaFuncSetAttribute(v_stats_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) ||
-        (err = cudaFuncSetAttribute(v_encode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)))
+    if ((err = cudaFuncSetAttribute(stats, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) ||
+        (err = cudaFuncSetAttribute(encode, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)))
         return err;
-    v_stats_kernel<<<grid, kRowThreads, smem, stream>>>(a);
+    stats<<<grid, kRowThreads, smem, stream>>>(a);
     v_scales_kernel<<<c.batch * c.heads, kScaleThreads, 0, stream>>>(a, tiles);
-    v_encode_kernel<<<grid, kRowThreads, smem, stream>>>(a);
+    encode<<<grid, kRowThreads, smem, stream>>>(a);
     return cudaGetLastError();
 }
