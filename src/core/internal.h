@@ -25,6 +25,8 @@ struct vcattn_context {
     int cuda_pool_device;
     int *cuda_flag_host;     /* pinned word the finite check's flag is copied to, or NULL */
     void *cuda_flag_ready;   /* cudaEvent_t recorded after that copy */
+    void *cuda_side_stream;  /* cudaStream_t on which V's quantizers run beside Q's and K's, or NULL */
+    void *cuda_fork, *cuda_join;  /* cudaEvent_t: the side stream's start and end within a call */
     vcattn_progress_fn progress;  /* CPU backend: rows done, see vcattn_set_progress */
     void *progress_user;
     char last_error[VCATTN_ERRMSG_LEN];

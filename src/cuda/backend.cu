@@ -49,6 +49,7 @@ size_t tensor_extent(const vcattn_tensor *t) {
 struct call_state {
     vcattn_context *ctx;
     cudaStream_t stream;
+    cudaStream_t side;   // the context's side stream, or NULL (none, or the call is being captured)
     cudaMemPool_t pool;  // the context's; NULL: the device's default pool
     void *staged[12];  // q, k, v, out, lse, 4 rope tables
     int nstaged;
@@ -242,6 +243,30 @@ int context_flag(vcattn_context *ctx) {
     return 1;
 }
 
+// The side stream and its two events, made once per context and device
+// (context_pool releases those of another device), with the priority of the
+// call's stream. Not blocking: it must not wait on the legacy default stream
+// by itself, only on the fork event. NULL if they cannot be made.
+cudaStream_t context_side(vcattn_context *ctx, cudaStream_t stream) {
+    if (ctx->cuda_side_stream) return (cudaStream_t)ctx->cuda_side_stream;
+    int priority = 0;
+    cudaStream_t side = nullptr;
+    cudaEvent_t fork = nullptr, join = nullptr;
+    if (cudaStreamGetPriority(stream, &priority) != cudaSuccess ||
+        cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, priority) != cudaSuccess ||
+        cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&join, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        if (side) cudaStreamDestroy(side);
+        if (fork) cudaEventDestroy(fork);
+        return nullptr;
+    }
+    ctx->cuda_side_stream = side;
+    ctx->cuda_fork = fork;
+    ctx->cuda_join = join;
+    return side;
+}
+
 // Checks the call and binds it to the context's stream and the current device;
 // layered: the call has a layer state.
 vcattn_status begin_call(vcattn_context *ctx, const vcattn_config *cfg, const call_shape &c, bool layered,
@@ -267,6 +292,9 @@ vcattn_status begin_call(vcattn_context *ctx, const vcattn_config *cfg, const ca
     if (err != cudaSuccess) return cs->cuda_fail(err, "cudaGetDevice");
     cs->pool = context_pool(ctx, *device);
     if (cfg->check_finite) context_flag(ctx);  // without it the check waits for the whole stream
+    // A captured call stays on one stream (a graph's fork would need the side
+    // stream made before the capture began).
+    cs->side = capture == cudaStreamCaptureStatusNone ? context_side(ctx, cs->stream) : nullptr;
     return VCATTN_OK;
 }
 
@@ -315,6 +343,36 @@ struct operands {
     uint8_t *v_mean_images;  // head dim 128 with V-Smooth, else NULL
     float *tile_mean, *chan_mul, *chan_pow2;
     float *key_bias;       // Q smoothing's per-key terms, or NULL
+};
+
+// Work forked from the call's stream onto the side stream: stream is the
+// side stream once the fork is queued, else the call's stream (no side
+// stream, not wanted, or the fork failed). The call's stream waits for the
+// branch at join(), or when the branch goes out of scope on an error path,
+// so the workspace is never freed under the side stream's kernels.
+struct side_branch {
+    call_state &cs;
+    cudaStream_t stream;
+    bool open = false;
+    side_branch(call_state &cs_, bool wanted) : cs(cs_), stream(cs_.stream) {
+        if (!wanted || !cs.side) return;
+        if (cudaEventRecord((cudaEvent_t)cs.ctx->cuda_fork, cs.stream) != cudaSuccess ||
+            cudaStreamWaitEvent(cs.side, (cudaEvent_t)cs.ctx->cuda_fork, 0) != cudaSuccess) {
+            cudaGetLastError();
+            return;
+        }
+        stream = cs.side;
+        open = true;
+    }
+    cudaError_t join() {
+        if (!open) return cudaSuccess;
+        open = false;
+        cudaError_t err = cudaEventRecord((cudaEvent_t)cs.ctx->cuda_join, cs.side);
+        if (err == cudaSuccess) err = cudaStreamWaitEvent(cs.stream, (cudaEvent_t)cs.ctx->cuda_join, 0);
+        if (err != cudaSuccess) cudaStreamSynchronize(cs.side);  // nothing may outlive the call's workspace
+        return err;
+    }
+    ~side_branch() { join(); }
 };
 
 // Grouping (or the layer's permutation) and the three quantizers.
@@ -440,6 +498,15 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         if (err != cudaSuccess) return cs.cuda_fail(err, "k-means");
     }
 
+    // Without the probe V needs only the order: its three kernels run on the
+    // side stream beside K's and Q's (each alone leaves SMs idle at short
+    // sequences); the call's stream waits for them before the attention.
+    side_branch beside(cs, S == 0);
+    if (beside.stream != cs.stream &&
+        (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->out_max, nullptr, op->tile_mean,
+                          tile_hi, tile_lo, chan_inv, op->chan_mul, chan_pre, op->chan_pow2, op->v_records,
+                          op->v_mean_images, beside.stream)))
+        return cs.cuda_fail(err, "quantization");
     if (cfg->k_smoothing && (err = k_channel_mean(in.k, in.krope, ck, partials, op->kmean, cs.stream)))
         return cs.cuda_fail(err, "K channel mean");
     const float *mean = cfg->k_smoothing ? op->kmean : nullptr;
@@ -461,10 +528,12 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         probe.score_mul = sm_scale * VCATTN_LOG2E;
         if ((err = attention_probe(probe, (int)D, cs.stream))) return cs.cuda_fail(err, "attention probe");
     }
-    if ((err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->out_max, S ? &probe : nullptr,
+    if (beside.stream == cs.stream &&
+        (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->out_max, S ? &probe : nullptr,
                           op->tile_mean, tile_hi, tile_lo, chan_inv, op->chan_mul, chan_pre, op->chan_pow2, op->v_records,
                           op->v_mean_images, cs.stream)))
         return cs.cuda_fail(err, "quantization");
+    if ((err = beside.join())) return cs.cuda_fail(err, "side stream");
     return VCATTN_OK;
 }
 
@@ -685,7 +754,14 @@ extern "C" void cuda_release_context(vcattn_context *ctx) {
         cudaEventDestroy((cudaEvent_t)ctx->cuda_flag_ready);
     }
     if (ctx->cuda_flag_host) cudaFreeHost(ctx->cuda_flag_host);
+    if (ctx->cuda_side_stream) {
+        cudaStreamSynchronize((cudaStream_t)ctx->cuda_side_stream);
+        cudaStreamDestroy((cudaStream_t)ctx->cuda_side_stream);
+        cudaEventDestroy((cudaEvent_t)ctx->cuda_fork);
+        cudaEventDestroy((cudaEvent_t)ctx->cuda_join);
+    }
     ctx->cuda_pool = nullptr;
     ctx->cuda_flag_host = nullptr;
     ctx->cuda_flag_ready = nullptr;
+    ctx->cuda_side_stream = ctx->cuda_fork = ctx->cuda_join = nullptr;
 }

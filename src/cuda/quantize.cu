@@ -17,7 +17,9 @@ namespace {
 
 constexpr int kRowThreads = 256;  // >= 128: one thread per row of a tile where needed
 constexpr int kMaxHeadDim = 128;
-constexpr int kMeanChunk = 1024;  // keys per partial sum of the K channel mean
+constexpr int kMeanChunk = 1024;  // keys per partial sum of the K channel mean, at most
+constexpr int kMeanMinChunk = 256;
+constexpr int kMeanTargetBlocks = 256;  // fewer chunks leave SMs idle at short sequences
 constexpr int kMeanLanes = 8;     // token lanes per block of that sum
 
 // ---- Rows in registers (shared by the K mean and the Q/K quantizers) ------
@@ -138,13 +140,14 @@ __device__ __forceinline__ void rope_row(const dev_rope &rope, const quant_commo
 // order (deterministic).
 template <int D>
 __global__ void __launch_bounds__(32 * kMeanLanes) k_mean_partial_kernel(dev_tensor k, dev_rope rope,
-                                                                         quant_common c, double *partials) {
+                                                                         quant_common c, int chunk_keys,
+                                                                         double *partials) {
     constexpr int E = D / 32, BATCH = 8;
     __shared__ double lane_sum[kMeanLanes][D];
     const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z, y = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int n1 = min(c.tokens, (chunk + 1) * kMeanChunk);
+    const int n1 = min(c.tokens, (chunk + 1) * chunk_keys);
     double sum[E] = {};
-    for (int n0 = chunk * kMeanChunk + y; n0 < n1; n0 += kMeanLanes * BATCH) {
+    for (int n0 = chunk * chunk_keys + y; n0 < n1; n0 += kMeanLanes * BATCH) {
         int64_t at[BATCH];
         bool valid[BATCH];
 #pragma unroll
@@ -728,16 +731,30 @@ __global__ void score_bound_kernel(const float *max_norm, float score_mul, int h
 
 }  // namespace
 
+// Keys per partial sum: 1024, halved (to 256 at least) while the blocks
+// would not fill the GPU; a function of the shape, so every call of a shape
+// adds in the same order. Long sequences keep few partials (the final sum
+// over them is one thread a channel).
+static int mean_chunk_keys(int batch, int heads, int tokens) {
+    int chunk = kMeanChunk;
+    while (chunk > kMeanMinChunk && (int64_t)batch * heads * ((tokens + chunk - 1) / chunk) < kMeanTargetBlocks)
+        chunk /= 2;
+    return chunk;
+}
+
 size_t k_channel_mean_partials(int batch, int heads, int tokens, int head_dim) {
-    return (size_t)batch * heads * ((tokens + kMeanChunk - 1) / kMeanChunk) * head_dim;
+    const int chunk = mean_chunk_keys(batch, heads, tokens);
+    return (size_t)batch * heads * ((tokens + chunk - 1) / chunk) * head_dim;
 }
 
 cudaError_t k_channel_mean(const dev_tensor &k, const dev_rope &rope, const quant_common &c,
                            double *partials, float *mean, cudaStream_t stream) {
-    const int chunks = (c.tokens + kMeanChunk - 1) / kMeanChunk;
+    const int chunk = mean_chunk_keys(c.batch, c.heads, c.tokens), chunks = (c.tokens + chunk - 1) / chunk;
     const dim3 grid(chunks, c.heads, c.batch);
-    if (c.head_dim == 128) k_mean_partial_kernel<128><<<grid, 32 * kMeanLanes, 0, stream>>>(k, rope, c, partials);
-    else if (c.head_dim == 64) k_mean_partial_kernel<64><<<grid, 32 * kMeanLanes, 0, stream>>>(k, rope, c, partials);
+    if (c.head_dim == 128)
+        k_mean_partial_kernel<128><<<grid, 32 * kMeanLanes, 0, stream>>>(k, rope, c, chunk, partials);
+    else if (c.head_dim == 64)
+        k_mean_partial_kernel<64><<<grid, 32 * kMeanLanes, 0, stream>>>(k, rope, c, chunk, partials);
     else return cudaErrorInvalidValue;
     k_mean_final_kernel<<<c.batch * c.heads, c.head_dim, 0, stream>>>(partials, chunks, c, mean);
     return cudaGetLastError();
