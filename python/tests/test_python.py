@@ -264,6 +264,19 @@ if torch is not None:
     compiled = torch.compile(lambda a, b, c: vcattn.sdpa(a, b, c) + 1, fullgraph=True, backend="aot_eager")
     check(torch.equal(compiled(sq, sk, sv), vcattn.attention(sq, sk, sv) + 1), "sdpa under torch.compile(fullgraph=True)")
 
+    # the length rule: CUDA calls under the threshold go to SDPA, CPU calls never
+    from vcattn import _core
+    before = vcattn.set_sdpa_below_keys(1 << 20)
+    check(_core.too_short_for_gpu("cuda", 300) and not _core.too_short_for_gpu("cpu", 300) and
+          not _core.too_short_for_gpu("cuda", 1 << 20), "length rule: cuda under, cpu never, at the threshold not")
+    routes0 = dict(vcattn.sdpa_routes)
+    check(torch.equal(vcattn.sdpa(sq, sk, sv), vcattn.attention(sq, sk, sv)) and
+          vcattn.sdpa_routes["vcattn"] == routes0.get("vcattn", 0) + 1, "length rule: a CPU call left vcattn")
+    check(vcattn.set_sdpa_below_keys(0) == 1 << 20 and not _core.too_short_for_gpu("cuda", 1), "length rule off at 0")
+    for bad in (-1, 2.5, True, "10"):
+        raises(ValueError, lambda: vcattn.set_sdpa_below_keys(bad), "non-negative int", "set_sdpa_below_keys(%r)" % (bad,))
+    vcattn.set_sdpa_below_keys(before)
+
     # varlen: packed sequences, each its own call (bit for bit), GQA, compiled, refusals
     lens = [100, 257, 31]
     vq, vk, vv = torch.randn(388, 4, 64), torch.randn(388, 2, 64), torch.randn(388, 2, 64)

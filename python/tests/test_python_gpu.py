@@ -128,4 +128,16 @@ steps.step = 1
 o1 = vcattn.attention(q, k, v, state=layer)  # reuses the step-0 permutation
 check(torch.equal(o0, o1), "reused permutation gives other bits than the grouping step")
 
+# the length rule of the SDPA-compatible entry points: a short CUDA call runs
+# torch SDPA (its exact result), counted; with the rule off, vcattn
+sq, sk, sv = (torch.randn(1, 4, 512, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+before = vcattn.set_sdpa_below_keys(1024)
+routes0 = dict(vcattn.sdpa_routes)
+check(torch.equal(vcattn.sdpa(sq, sk, sv), torch.nn.functional.scaled_dot_product_attention(sq, sk, sv)) and
+      vcattn.sdpa_routes["sdpa:short"] == routes0.get("sdpa:short", 0) + 1, "length rule: a short call not on SDPA")
+vcattn.set_sdpa_below_keys(0)
+check(torch.equal(vcattn.sdpa(sq, sk, sv), vcattn.attention(sq, sk, sv)) and
+      vcattn.sdpa_routes["vcattn"] == routes0.get("vcattn", 0) + 1, "length rule off: not vcattn's call")
+vcattn.set_sdpa_below_keys(before)
+
 finish("test_python_gpu")

@@ -15,8 +15,10 @@ from typing import Any, Literal, Mapping, Optional, Tuple, TypeVar, Union, overl
 from . import _capi
 from ._core import LayerState, OutOfMemoryError, VcattnError, _check_layout, check_step, config, lib  # noqa: F401 (config: public)
 from ._core import check_switches, config_fields
+from ._core import SDPA_BELOW_KEYS, set_sdpa_below_keys  # noqa: F401 (public)
 
-__all__ = ["attention", "attention_varlen", "sdpa", "Schedule", "LayerState", "VcattnError", "OutOfMemoryError", "config", "version"]
+__all__ = ["attention", "attention_varlen", "sdpa", "Schedule", "LayerState", "VcattnError", "OutOfMemoryError", "config", "version",
+           "SDPA_BELOW_KEYS", "set_sdpa_below_keys"]
 
 
 def sdpa(query: ArrayT, key: ArrayT, value: ArrayT, attn_mask: Optional[Any] = None, dropout_p: float = 0.0,
@@ -24,8 +26,10 @@ def sdpa(query: ArrayT, key: ArrayT, value: ArrayT, attn_mask: Optional[Any] = N
          method: str = "vc") -> ArrayT:
     """torch.nn.functional.scaled_dot_product_attention's signature and
     semantics: vcattn where it can run the call, torch SDPA where it cannot
-    (masks, causal, dropout, grad, other ranks, dtypes, devices or head dims);
-    vcattn.sdpa_routes counts which ran (eager calls)."""
+    (masks, causal, dropout, grad, other ranks, dtypes, devices or head dims)
+    or where SDPA is faster (CUDA calls under vcattn.SDPA_BELOW_KEYS keys
+    per head: vcattn.set_sdpa_below_keys); vcattn.sdpa_routes counts which
+    ran (eager calls)."""
     from ._sdpa import sdpa as impl
     return impl(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, method=method)
 

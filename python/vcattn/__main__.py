@@ -37,6 +37,11 @@ def report():
         lines.append("torch: not installed (numpy arrays run on the CPU backend)")
     lines.append("vcattn.attention runs CUDA tensors on: %s" % ("the GPU" if cuda_ok else "nothing: " + cuda_why))
     lines.append("vcattn.attention runs CPU tensors and numpy arrays on: the CPU backend")
+    below = _core.sdpa_below_keys
+    lines.append("vcattn.sdpa, the diffusers backends and ComfyUI run CUDA calls with fewer than %d keys per head on "
+                 "torch SDPA, faster there (VCATTN_SDPA_BELOW_KEYS, vcattn.set_sdpa_below_keys)" % below if below else
+                 "vcattn.sdpa, the diffusers backends and ComfyUI run every CUDA call they can on vcattn "
+                 "(VCATTN_SDPA_BELOW_KEYS=0)")
     return "\n".join(lines)
 
 

@@ -1,6 +1,7 @@
 """The drop-in call over the C API: torch tensors (CPU or CUDA) or numpy arrays."""
 import ctypes
 import math
+import os
 import sys
 import threading
 from typing import Any, Optional
@@ -9,6 +10,47 @@ from . import _capi
 
 _LAYOUTS = ("HND", "NHD")
 _GPU_HEAD_DIMS = (64, 128)
+
+# The SDPA-compatible entry points (vcattn.sdpa, the diffusers backends,
+# ComfyUI) send CUDA calls with fewer keys per head than this to torch SDPA:
+# below it the quantizers cost more than the 8-bit kernel saves, and the call
+# is slower than cuDNN's BF16 attention (docs/results.md). vcattn.attention
+# always runs vcattn. VCATTN_SDPA_BELOW_KEYS sets it at import; 0: never.
+SDPA_BELOW_KEYS = 10240
+
+
+def _below_keys_from_env():
+    text = os.environ.get("VCATTN_SDPA_BELOW_KEYS", "")
+    if not text:
+        return SDPA_BELOW_KEYS
+    try:
+        keys = int(text)
+    except ValueError:
+        keys = -1
+    if keys < 0:
+        raise ValueError("vcattn: VCATTN_SDPA_BELOW_KEYS must be a non-negative integer (keys per head), got %r"
+                         % text)
+    return keys
+
+
+sdpa_below_keys = _below_keys_from_env()
+
+
+def set_sdpa_below_keys(keys: int) -> int:
+    """Sets the length rule of the SDPA-compatible entry points: CUDA calls
+    with fewer keys per head than `keys` run on torch SDPA (0: none do).
+    Returns the previous value."""
+    global sdpa_below_keys
+    if isinstance(keys, bool) or not isinstance(keys, int) or keys < 0:
+        raise ValueError("vcattn: set_sdpa_below_keys takes a non-negative int (keys per head), got %r" % (keys,))
+    previous, sdpa_below_keys = sdpa_below_keys, keys
+    return previous
+
+
+def too_short_for_gpu(device_type: str, keys: int) -> bool:
+    """Whether the length rule sends a call with `keys` keys per head on
+    `device_type` to torch SDPA."""
+    return device_type == "cuda" and keys < sdpa_below_keys
 _lib = None
 _local = threading.local()
 

@@ -42,6 +42,8 @@ def _why_not(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         return "empty"
     if d % 8 or d > (max(_core._GPU_HEAD_DIMS) if query.is_cuda else 256):
         return "head_dim"
+    if _core.too_short_for_gpu(query.device.type, key.shape[2]):
+        return "short"  # faster on SDPA (vcattn.set_sdpa_below_keys)
     return None
 
 
@@ -52,7 +54,9 @@ def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask:
     [B, Hkv, S, E] key and value, ...) computed by vcattn (method "vc" by
     default: the drop-in call) when the call is plain non-causal attention
     without a mask, dropout or grad, on CPU or CUDA in float32, float16 or
-    bfloat16 with a head dim vcattn takes; torch SDPA otherwise.
+    bfloat16 with a head dim vcattn takes, and on CUDA at least
+    vcattn.SDPA_BELOW_KEYS keys per head (vcattn.set_sdpa_below_keys);
+    torch SDPA otherwise.
     vcattn.sdpa.routes counts the routes eager calls took."""
     why = _why_not(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
     compiling = torch.compiler.is_compiling()

@@ -236,6 +236,8 @@ def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale,
         why = "device", "tensors on %s" % query.device.type
     elif query.is_cuda and query.shape[-1] > max(_core._GPU_HEAD_DIMS):
         why = "head_dim", "head dim %d on the GPU (64 and 128; smaller ones padded)" % query.shape[-1]
+    elif _core.too_short_for_gpu(query.device.type, nk):  # faster on SDPA (vcattn.set_sdpa_below_keys)
+        why = "short", None
     elif attn_mask is not None:
         key_mask = _padding_mask(attn_mask, batch, nk)
         if key_mask is None:
