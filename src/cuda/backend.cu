@@ -54,7 +54,6 @@ struct call_state {
     void *staged[12];  // q, k, v, out, lse, 4 rope tables
     int nstaged;
     char *work;
-    size_t work_used;
 
     ~call_state() {
         for (int i = 0; i < nstaged; i++) cudaFreeAsync(staged[i], stream);
@@ -68,12 +67,6 @@ struct call_state {
         if (err == cudaErrorMemoryAllocation)
             return vcattn_fail(ctx, VCATTN_ERR_OUT_OF_MEMORY, "cuda backend: out of device memory (%s)", what);
         return vcattn_fail(ctx, VCATTN_ERR_DEVICE, "cuda backend: %s: %s", what, cudaGetErrorString(err));
-    }
-    // Bump allocation from the call's workspace block (256-byte aligned).
-    template <typename T> T *take(size_t count) {
-        T *p = reinterpret_cast<T *>(work + work_used);
-        work_used += (count * sizeof(T) + 255) & ~size_t(255);
-        return p;
     }
 };
 
@@ -375,98 +368,122 @@ struct side_branch {
     ~side_branch() { join(); }
 };
 
+// Bump allocation from the call's workspace block, 256-byte aligned. With
+// no base it only measures: the same layout function sizes the block and
+// carves it, so the two cannot disagree.
+struct carver {
+    char *base;
+    size_t used = 0;
+    template <typename T> T *take(size_t count) {
+        T *p = base ? reinterpret_cast<T *>(base + used) : nullptr;
+        used += (count * sizeof(T) + 255) & ~size_t(255);
+        return p;
+    }
+};
+
+// The workspace arrays the preprocessing uses besides the operands.
+struct scratch {
+    float *max_norm;       // flag + 2: the largest |q|, |k| and those of unseen rows
+    double *partials, *qpartials;
+    float *qmean;
+    int32_t *init_rows;
+    float *tile_hi, *tile_lo, *chan_inv, *chan_pre;
+    kmeans_workspace kw;
+    principal_workspace pw;
+    probe_args probe;
+};
+
+// Every array of a call's workspace, in one order; w.used is then its size.
+void lay_out_workspace(carver &w, const vcattn_config *cfg, const call_shape &c, operands *op, scratch *x) {
+    const size_t kvh = (size_t)(c.B * c.Hkv), qh = (size_t)(c.B * c.Hq), D = (size_t)c.D, k = (size_t)c.clusters;
+    const size_t Nk = (size_t)c.Nk, Nq = (size_t)c.Nq, T = (size_t)c.T, QT = (size_t)c.QT;
+    const bool regroup = c.regroup, qsmooth = cfg->q_smoothing, principal = c.plan == VCATTN_GROUP_PRINCIPAL;
+    const size_t S = c.grouped ? (size_t)cfg->vsmooth_probe_rows : 0;  // the attention probe's rows
+    op->flag = w.take<int>(8);  // [0] the check's flag, [2], [3] the largest |q| and |k|, [4], [5] of unseen rows
+    x->max_norm = reinterpret_cast<float *>(op->flag) + 2;
+    op->kmean = w.take<float>(kvh * D);
+    x->partials = w.take<double>(k_channel_mean_partials((int)c.B, (int)c.Hkv, (int)Nk, (int)D));
+    op->new_perm = regroup || principal ? w.take<int32_t>(kvh * Nk) : nullptr;
+    op->perm = op->new_perm;
+    x->kw = {};
+    x->init_rows = nullptr;
+    op->centroids = nullptr;
+    if (regroup) {
+        const size_t chunks = kmeans_chunks((int)Nk);
+        op->centroids = w.take<float>(kvh * k * D);
+        x->kw.norms = w.take<float>(kvh * k);
+        x->kw.labels = w.take<int32_t>(kvh * Nk);
+        x->kw.sums = w.take<double>(kvh * chunks * k * D);
+        x->kw.counts = w.take<int32_t>(kvh * chunks * k);
+        x->init_rows = w.take<int32_t>(kvh * k);
+        x->kw.amax = w.take<float>(kvh);
+    }
+    op->q_codes = w.take<int8_t>(qh * QT * VC_Q_ROWS * D);
+    op->q_mul = w.take<float>(qh * QT * VC_Q_ROWS);
+    op->lse_shift = w.take<float>(qh * Nq);
+    op->k_codes = w.take<int8_t>(kvh * T * VC_KV_ROWS * D);
+    op->k_mul = w.take<float>(kvh * T * VCATTN_K_LANE_GROUPS);
+    op->v_records = w.take<uint8_t>(kvh * T * vc_v_record_bytes((uint32_t)D));
+    const bool reads_means = vc_attention_sm90_reads_means((int)D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped);
+    const size_t mean_images = reads_means ? kvh * ((T + VC_MEAN_TILES - 1) / VC_MEAN_TILES) : 0;
+    op->v_mean_images = mean_images ? w.take<uint8_t>(mean_images * vc_mean_image_bytes((uint32_t)D)) : nullptr;
+    op->tile_mean = w.take<float>(kvh * T * D);
+    x->tile_hi = w.take<float>(kvh * T * D);
+    x->tile_lo = w.take<float>(kvh * T * D);
+    x->chan_inv = w.take<float>(kvh * D);
+    op->chan_mul = w.take<float>(kvh * D);
+    x->chan_pre = w.take<float>(kvh * D);
+    op->chan_pow2 = w.take<float>(kvh * D);
+    x->qmean = qsmooth ? w.take<float>(qh * D) : nullptr;
+    x->qpartials = qsmooth ? w.take<double>(k_channel_mean_partials((int)c.B, (int)c.Hq, (int)Nq, (int)D)) : nullptr;
+    op->key_bias = qsmooth ? w.take<float>(qh * T * VC_KV_ROWS) : nullptr;
+    x->pw = {};
+    if (principal) {
+        const size_t splits = (size_t)principal_splits((int)kvh, (int)Nk);
+        x->pw.mean_partials = w.take<double>(kvh * splits * D);
+        x->pw.gram_partials = w.take<float>(kvh * splits * D * D);
+        x->pw.mu = w.take<float>(kvh * D);
+        x->pw.u = w.take<float>(kvh * D);
+        x->pw.amax = w.take<float>(kvh);
+        x->pw.scale = w.take<float>(kvh);
+        x->pw.keys = w.take<uint64_t>(kvh * Nk);  // room for 64-bit keys
+        x->pw.keys_sorted = w.take<uint64_t>(kvh * Nk);
+        x->pw.index = w.take<int32_t>(kvh * Nk);
+        x->pw.sort_bytes = principal_sort_bytes((int)kvh, (int)Nk);
+        x->pw.sort_temp = w.take<uint8_t>(x->pw.sort_bytes);
+    }
+    x->probe = {};
+    if (S) {
+        x->probe.codes = w.take<uint8_t>(kvh * T * S * VC_KV_ROWS);
+        x->probe.tile_ceiling = w.take<float>(kvh * S * T);
+        x->probe.tile_sum = w.take<double>(kvh * S * T);
+        x->probe.tile_sq = w.take<double>(kvh * S * T);
+        x->probe.tile_factor = w.take<double>(kvh * S * T);
+        x->probe.mean_weight = w.take<double>(kvh);
+    }
+}
+
 // Grouping (or the layer's permutation) and the three quantizers.
 vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const call_shape &c,
                                const call_inputs &in, vcattn_layer *layer, int device, operands *op) {
-    const size_t kvh = (size_t)(c.B * c.Hkv), qh = (size_t)(c.B * c.Hq), D = (size_t)c.D, k = (size_t)c.clusters;
-    const size_t Nk = (size_t)c.Nk, Nq = (size_t)c.Nq, T = (size_t)c.T, QT = (size_t)c.QT;
-    const size_t chunks = kmeans_chunks((int)Nk);
-    const size_t mean_partials = k_channel_mean_partials((int)c.B, (int)c.Hkv, (int)Nk, (int)D);
+    const size_t kvh = (size_t)(c.B * c.Hkv), D = (size_t)c.D, k = (size_t)c.clusters;
+    const size_t Nk = (size_t)c.Nk, Nq = (size_t)c.Nq, QT = (size_t)c.QT;
     const int rg = c.regroup, qs = cfg->q_smoothing, pr = c.plan == VCATTN_GROUP_PRINCIPAL;
-    const size_t splits = pr ? (size_t)principal_splits((int)kvh, (int)Nk) : 0;
     const size_t S = c.grouped ? (size_t)cfg->vsmooth_probe_rows : 0;  // the attention probe's rows
-    const size_t sort_bytes = pr ? principal_sort_bytes((int)kvh, (int)Nk) : 0;
-    const size_t q_partials = k_channel_mean_partials((int)c.B, (int)c.Hq, (int)Nq, (int)D);
-    const bool reads_means =
-        vc_attention_sm90_reads_means((int)D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped);
-    const size_t mean_images = reads_means ? kvh * ((T + VC_MEAN_TILES - 1) / VC_MEAN_TILES) : 0;
-    const size_t sizes[] = {
-        8 * sizeof(int), kvh * D * 4, mean_partials * 8,                         // flag + norms, kmean, partials
-        rg || pr ? kvh * Nk * 4 : 0, rg ? kvh * k * D * 4 : 0, rg ? kvh * k * 4 : 0,  // perm, centroids, norms
-        rg ? kvh * Nk * 4 : 0, rg ? kvh * chunks * k * D * 8 : 0,                // labels, sums
-        rg ? kvh * chunks * k * 4 : 0, rg ? kvh * k * 4 : 0, rg ? kvh * 4 : 0,   // counts, init rows, amax
-        qh * QT * VC_Q_ROWS * D, qh * QT * VC_Q_ROWS * 4, qh * Nq * 4,            // q codes, scales, lse shift
-        kvh * T * VC_KV_ROWS * D, kvh * T * 16,                                   // k codes, scales
-        kvh * T * vc_v_record_bytes((uint32_t)D), mean_images * vc_mean_image_bytes((uint32_t)D),
-        3 * kvh * T * D * 4, 4 * kvh * D * 4,
-        qs ? qh * D * 4 : 0, qs ? q_partials * 8 : 0, qs ? qh * T * VC_KV_ROWS * 4 : 0,  // Q smoothing
-        kvh * splits * D * 8, kvh * splits * D * D * 4, pr ? kvh * D * 4 : 0, pr ? kvh * D * 4 : 0,  // principal order
-        pr ? kvh * 4 : 0, pr ? kvh * 4 : 0,
-        pr ? kvh * Nk * 8 : 0, pr ? kvh * Nk * 8 : 0, pr ? kvh * Nk * 4 : 0, sort_bytes,
-        kvh * T * S * VC_KV_ROWS, kvh * S * T * 4, kvh * S * T * 8, kvh * S * T * 8, kvh * S * T * 8,  // the probe
-        S ? kvh * 8 : 0};
-    size_t total = 0;
-    for (size_t sz : sizes) total += (sz + 255) & ~size_t(255);
-    cudaError_t err = cs.alloc((void **)&cs.work, total);
+    scratch x;
+    carver measure = {nullptr};
+    lay_out_workspace(measure, cfg, c, op, &x);
+    cudaError_t err = cs.alloc((void **)&cs.work, measure.used);
     if (err != cudaSuccess) return cs.cuda_fail(err, "workspace");
-    op->flag = cs.take<int>(8);  // [0] the check's flag, [2], [3] the largest |q| and |k|, [4], [5] of unseen rows
-    float *max_norm = reinterpret_cast<float *>(op->flag + 2);
-    op->kmean = cs.take<float>(kvh * D);
-    double *partials = cs.take<double>(mean_partials);
-    op->new_perm = rg || pr ? cs.take<int32_t>(kvh * Nk) : nullptr;
-    op->perm = op->new_perm;
-    kmeans_workspace kw = {};
-    int32_t *init_rows = nullptr;
-    op->centroids = nullptr;
-    if (rg) {
-        op->centroids = cs.take<float>(kvh * k * D);
-        kw.norms = cs.take<float>(kvh * k);
-        kw.labels = cs.take<int32_t>(kvh * Nk);
-        kw.sums = cs.take<double>(kvh * chunks * k * D);
-        kw.counts = cs.take<int32_t>(kvh * chunks * k);
-        init_rows = cs.take<int32_t>(kvh * k);
-        kw.amax = cs.take<float>(kvh);
-    }
-    op->q_codes = cs.take<int8_t>(qh * QT * VC_Q_ROWS * D);
-    op->q_mul = cs.take<float>(qh * QT * VC_Q_ROWS);
-    op->lse_shift = cs.take<float>(qh * Nq);
-    op->k_codes = cs.take<int8_t>(kvh * T * VC_KV_ROWS * D);
-    op->k_mul = cs.take<float>(kvh * T * 4);
-    op->v_records = cs.take<uint8_t>(kvh * T * vc_v_record_bytes((uint32_t)D));
-    op->v_mean_images = mean_images ? cs.take<uint8_t>(mean_images * vc_mean_image_bytes((uint32_t)D)) : nullptr;
-    op->tile_mean = cs.take<float>(kvh * T * D);
-    float *tile_hi = cs.take<float>(kvh * T * D);
-    float *tile_lo = cs.take<float>(kvh * T * D);
-    float *chan_inv = cs.take<float>(kvh * D);
-    op->chan_mul = cs.take<float>(kvh * D);
-    float *chan_pre = cs.take<float>(kvh * D);
-    op->chan_pow2 = cs.take<float>(kvh * D);
-    float *qmean = qs ? cs.take<float>(qh * D) : nullptr;
-    double *qpartials = qs ? cs.take<double>(q_partials) : nullptr;
-    op->key_bias = qs ? cs.take<float>(qh * T * VC_KV_ROWS) : nullptr;
-    principal_workspace pw = {};
-    if (pr) {
-        pw.mean_partials = cs.take<double>(kvh * splits * D);
-        pw.gram_partials = cs.take<float>(kvh * splits * D * D);
-        pw.mu = cs.take<float>(kvh * D);
-        pw.u = cs.take<float>(kvh * D);
-        pw.amax = cs.take<float>(kvh);
-        pw.scale = cs.take<float>(kvh);
-        pw.keys = cs.take<uint64_t>(kvh * Nk);  // room for 64-bit keys
-        pw.keys_sorted = cs.take<uint64_t>(kvh * Nk);
-        pw.index = cs.take<int32_t>(kvh * Nk);
-        pw.sort_temp = cs.take<uint8_t>(sort_bytes);
-        pw.sort_bytes = sort_bytes;
-    }
-    probe_args probe = {};
-    if (S) {
-        probe.codes = cs.take<uint8_t>(kvh * T * S * VC_KV_ROWS);
-        probe.tile_ceiling = cs.take<float>(kvh * S * T);
-        probe.tile_sum = cs.take<double>(kvh * S * T);
-        probe.tile_sq = cs.take<double>(kvh * S * T);
-        probe.tile_factor = cs.take<double>(kvh * S * T);
-        probe.mean_weight = cs.take<double>(kvh);
-    }
+    carver carve = {cs.work};
+    lay_out_workspace(carve, cfg, c, op, &x);
+    float *max_norm = x.max_norm;
+    double *partials = x.partials, *qpartials = x.qpartials;
+    float *qmean = x.qmean, *tile_hi = x.tile_hi, *tile_lo = x.tile_lo, *chan_inv = x.chan_inv, *chan_pre = x.chan_pre;
+    int32_t *init_rows = x.init_rows;
+    kmeans_workspace &kw = x.kw;
+    principal_workspace &pw = x.pw;
+    probe_args &probe = x.probe;
     if ((err = cudaMemsetAsync(op->flag, 0, 8 * sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
 
     const float sm_scale = c.sm_scale;
