@@ -318,9 +318,10 @@ vcattn_status vcattn_attention(vcattn_context *ctx, const vcattn_config *cfg,
     case VCATTN_BACKEND_CUDA: s = cuda_attention(ctx, &call, q, k, v, out, lse, rope, &grouping); break;
     default: s = vcattn_fail(ctx, VCATTN_ERR_INTERNAL, "context has no resolved backend");
     }
-    if (s == VCATTN_OK && grouping.perm) {
-        vsmooth_layer_adopt(layer, call.batch, call.heads_kv, call.tokens_k, call.head_dim, call.clusters,
-                            grouping.centroids, grouping.perm);
+    if (s == VCATTN_OK && (grouping.perm || grouping.device_perm)) {
+        if (grouping.perm)
+            vsmooth_layer_adopt(layer, call.batch, call.heads_kv, call.tokens_k, call.head_dim, call.clusters,
+                                grouping.centroids, grouping.perm);
         if (grouping.device_perm)
             vsmooth_layer_keep_device_perm(layer, grouping.device_perm, grouping.device, grouping.release);
         return VCATTN_OK;

@@ -105,14 +105,15 @@ typedef struct {
     float sm_scale;
     int clusters;
     vcattn_grouping plan;
-    vcattn_layer *layer;
+    const vcattn_layer *layer;  /* read only: the API layer alone writes it, after the call */
 } vcattn_call;
 
-/* What a backend hands back from a call that grouped (plan COLD or WARM with
- * a layer): centroids [B*Hkv][clusters][D] and perm [B*Hkv][Nk] from malloc,
- * which the API layer gives to the layer once the call has succeeded (and
- * frees otherwise); device_perm, if set, a copy of perm on `device` for the
- * next plain steps, which release frees. */
+/* What a backend hands back for the layer: from a call that grouped (plan
+ * COLD or WARM with a layer), centroids [B*Hkv][clusters][D] and perm
+ * [B*Hkv][Nk] from malloc, which the API layer gives to the layer once the
+ * call has succeeded (and frees otherwise); device_perm, if set, a copy of
+ * the permutation (the new one, or the layer's uploaded by a REUSE call
+ * without perm) on `device` for the next plain steps, which release frees. */
 typedef struct {
     float *centroids;
     int32_t *perm;

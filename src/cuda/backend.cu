@@ -139,10 +139,12 @@ vcattn_status check_supported(vcattn_context *ctx, const vcattn_config *cfg, int
 
 void release_device_perm(void *p) { cudaFree(p); }
 
-// The layer's permutation on this device: its cached copy, or uploaded once
-// and kept in the layer (by vsmooth). NULL (and err set) on failure.
-const int32_t *layer_device_perm(vcattn_layer *layer, size_t count, int device, cudaStream_t stream,
-                                 cudaError_t *err) {
+// The layer's permutation on this device: its cached copy, or uploaded and
+// handed back in `made` (the API layer keeps it in the layer once the call
+// has succeeded; the backend never writes the layer). NULL (and err set) on
+// failure.
+const int32_t *layer_device_perm(const vcattn_layer *layer, size_t count, int device, cudaStream_t stream,
+                                 vcattn_new_grouping *made, cudaError_t *err) {
     if (layer->device_perm && layer->device_perm_device == device) return (const int32_t *)layer->device_perm;
     void *p = nullptr;
     if ((*err = cudaMalloc(&p, count * 4)) != cudaSuccess) return nullptr;
@@ -150,7 +152,9 @@ const int32_t *layer_device_perm(vcattn_layer *layer, size_t count, int device, 
         cudaFree(p);
         return nullptr;
     }
-    vsmooth_layer_keep_device_perm(layer, p, device, release_device_perm);
+    made->device_perm = p;
+    made->device = device;
+    made->release = release_device_perm;
     return (const int32_t *)p;
 }
 
@@ -464,8 +468,11 @@ void lay_out_workspace(carver &w, const vcattn_config *cfg, const call_shape &c,
 }
 
 // Grouping (or the layer's permutation) and the three quantizers.
+// made: where a device copy of the layer's permutation, uploaded for this
+// call, is handed back.
 vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const call_shape &c,
-                               const call_inputs &in, vcattn_layer *layer, int device, operands *op) {
+                               const call_inputs &in, const vcattn_layer *layer, int device, operands *op,
+                               vcattn_new_grouping *made) {
     const size_t kvh = (size_t)(c.B * c.Hkv), D = (size_t)c.D, k = (size_t)c.clusters;
     const size_t Nk = (size_t)c.Nk, Nq = (size_t)c.Nq, QT = (size_t)c.QT;
     const int rg = c.regroup, qs = cfg->q_smoothing, pr = c.plan == VCATTN_GROUP_PRINCIPAL;
@@ -492,7 +499,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     const quant_common cq = {(int)c.B, (int)c.Hq, (int)Nq, (int)D, cfg->check_finite, op->flag};
 
     if (c.plan == VCATTN_GROUP_REUSE) {
-        if (!(op->perm = layer_device_perm(layer, kvh * Nk, device, cs.stream, &err)))
+        if (!(op->perm = layer_device_perm(layer, kvh * Nk, device, cs.stream, made, &err)))
             return cs.cuda_fail(err, "permutation upload");
     } else if (pr) {
         if ((err = principal_order(in.v, ck, pw, op->new_perm, cs.stream))) return cs.cuda_fail(err, "principal order");
@@ -605,7 +612,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *
                                         const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_tensor *out,
                                         float *lse, const vcattn_rope *rope, vcattn_new_grouping *grouping) {
     const vcattn_config *cfg = &call->cfg;
-    vcattn_layer *layer = call->layer;
+    const vcattn_layer *layer = call->layer;
     const call_shape c = shape_of(call);
     call_state cs = {};
     int device = 0;
@@ -626,7 +633,8 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *
     operands op = {};
     op.need_lse_shift = lse != nullptr;
     if (vcattn_dtype_max(out->dtype) < vcattn_dtype_max(v->dtype)) op.out_max = vcattn_dtype_max(out->dtype);
-    if ((st = prepare_operands(cs, cfg, c, in, layer, device, &op)) || (st = publish_flag(cs, cfg, op))) return st;
+    if ((st = prepare_operands(cs, cfg, c, in, layer, device, &op, grouping)) || (st = publish_flag(cs, cfg, op)))
+        return st;
 
     vc_attention_params p = {};
     p.q = op.q_codes; p.q_mul = op.q_mul;
@@ -696,7 +704,7 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
                                                 const vcattn_tensor *v, const vcattn_rope *rope,
                                                 vcattn_quantized *out) {
     const vcattn_config *cfg = &call->cfg;
-    vcattn_layer *layer = call->layer;
+    const vcattn_layer *layer = call->layer;
     const call_shape c = shape_of(call);
     call_state cs = {};
     int device = 0;
@@ -705,8 +713,17 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
     call_inputs in;
     operands op = {};
     op.need_lse_shift = 1;
+    // a device copy of the layer's permutation made here lives as long as the call
+    struct made_copy {
+        vcattn_new_grouping g = {nullptr, nullptr, nullptr, 0, nullptr};
+        cudaStream_t stream;
+        ~made_copy() {
+            if (g.device_perm) cudaStreamSynchronize(stream), g.release(g.device_perm);
+        }
+    } made;
+    made.stream = cs.stream;
     if ((st = stage_inputs(cs, c, q, k, v, rope, device, &in)) ||
-        (st = prepare_operands(cs, cfg, c, in, layer, device, &op)) || (st = publish_flag(cs, cfg, op)) ||
+        (st = prepare_operands(cs, cfg, c, in, layer, device, &op, &made.g)) || (st = publish_flag(cs, cfg, op)) ||
         (st = await_flag(cs, cfg, op, VCATTN_DTYPE_F32)))
         return st;
     const size_t kvh = (size_t)(c.B * c.Hkv), qh = (size_t)(c.B * c.Hq), D = (size_t)c.D;
