@@ -16,6 +16,10 @@
  *   - V times 2^+-100 (float32 or bfloat16, moderate values) gives the
  *     output times 2^+-100, bit for bit: no step on V may lose anything at
  *     the float limits that ordinary V keeps;
+ *   - q times 2^-a and k times 2^+a (a in 93..124, every element scaled
+ *     exactly) keep every score: with the check on, the call is refused or
+ *     gives the same output (within 2^-6 of V's largest magnitude): no row
+ *     may silently lose its scores to an 8-bit scale that underflows;
  *   - sizes past the limits are refused and write nothing: k and v
  *     broadcast (strides 0) to 2^31..2^62 tokens, an out head stride whose
  *     byte offset wraps the address space onto q;
@@ -182,6 +186,77 @@ static int scaled_copy(const view *src, int s, view *dst) {
 static int scaled_outputs(const view *a, const view *b, int s) {
     scaled_pair p = {a, b, s};
     return each_elem(&a->t, is_scaled_at, &p);
+}
+
+static int roundtrips_at(size_t at, void *arg) {  /* a's element times 2^s is exact: b holds it */
+    const scaled_pair *p = arg;
+    const float x = elem_value(p->a->buf + at, p->a->t.dtype), y = elem_value(p->b->buf + at, p->b->t.dtype);
+    return isfinite(y) && ldexpf(y, -p->s) == x;
+}
+
+/* dst: src times 2^s, where every element scales exactly (no rounding, no
+ * overflow); 0 (dst freed) where one does not. */
+static int exactly_scaled_copy(const view *src, int s, view *dst) {
+    if (!scaled_copy(src, s, dst)) return 0;
+    scaled_pair p = {src, dst, s};
+    if (each_elem(&src->t, roundtrips_at, &p)) return 1;
+    free(dst->buf);
+    return 0;
+}
+
+/* dst: a copy of src's layout whose values vary with token and channel
+ * (small integers, exact in every dtype), so attention that moves shows. */
+static int varied_copy(const view *src, view *dst) {
+    *dst = *src;
+    if (!(dst->buf = malloc(src->bytes))) return 0;
+    memcpy(dst->buf, src->buf, src->bytes);
+    dst->t.data = dst->buf;
+    const vcattn_tensor *t = &src->t;
+    const size_t es = elem_size(t->dtype);
+    for (int64_t b = 0; b < t->batch; b++)
+        for (int64_t h = 0; h < t->heads; h++)
+            for (int64_t n = 0; n < t->tokens; n++)
+                for (int64_t c = 0; c < t->head_dim; c++) {
+                    const float x = (float)((n * 3 + c + h) % 9) - 4.0f;
+                    uint8_t *e = dst->buf + es * (size_t)(b * t->stride_batch + h * t->stride_head +
+                                                          n * t->stride_token + c);
+                    if (t->dtype == VCATTN_DTYPE_F32) {
+                        memcpy(e, &x, 4);
+                    } else {
+                        const uint16_t u = t->dtype == VCATTN_DTYPE_BF16 ? vcattn_f32_to_bf16(x) : vcattn_f32_to_f16(x);
+                        memcpy(e, &u, 2);
+                    }
+                }
+    return 1;
+}
+
+typedef struct {
+    const view *a, *b;
+    float tol;
+} close_pair;
+
+static int close_at(size_t at, void *arg) {  /* false for NaN */
+    const close_pair *p = arg;
+    return fabsf(elem_value(p->a->buf + at, p->a->t.dtype) - elem_value(p->b->buf + at, p->b->t.dtype)) <= p->tol;
+}
+
+typedef struct {
+    const view *v;
+    float max;
+} max_abs_acc;
+
+static int max_abs_at(size_t at, void *arg) {
+    max_abs_acc *m = arg;
+    m->max = fmaxf(m->max, fabsf(elem_value(m->v->buf + at, m->v->t.dtype)));
+    return 1;
+}
+
+/* 1 if every element of b is within tol times V's largest magnitude of a's. */
+static int close_outputs(const view *a, const view *b, const view *v, float tol) {
+    max_abs_acc m = {v, 0.0f};
+    each_elem(&v->t, max_abs_at, &m);
+    close_pair p = {a, b, tol * m.max};
+    return each_elem(&a->t, close_at, &p);
 }
 
 /* huge_mixed > 0: every value +-3e38 (bf16 and float32 hold it), the signs
@@ -403,6 +478,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 free(outs.buf);
             }
             free(vs.buf);
+        }
+        /* q times 2^-a and k times 2^+a keep every score: refused (a row's
+         * 8-bit scale underflows and would lose scores past
+         * VCATTN_UNSEEN_SCORE_LOG2, or k's Hadamard overflows), or the same
+         * output within 2^-6 of V's largest magnitude (bf16 rounding; rows
+         * whose scale underflows may lose scores up to 2^-10) */
+        const int qk_shift = 124 - (int)take(&in, 32);  /* 124 on a used-up input: rows of amax under 8 unseen */
+        view qs, ks, vt, out1, out2;
+        if (!layer && !nonfinite && !huge && cfg.check_finite && out_dt == dt &&
+            (dt == VCATTN_DTYPE_F32 || dt == VCATTN_DTYPE_BF16) && every_elem(&q, moderate_elem) &&
+            every_elem(&k, moderate_elem) && exactly_scaled_copy(&q, -qk_shift, &qs)) {
+            if (exactly_scaled_copy(&k, qk_shift, &ks)) {
+                /* V varied by token (a fuzzed V is often constant), the outputs fresh */
+                if (varied_copy(&v, &vt) && scaled_copy(&out, 0, &out1) && scaled_copy(&out, 0, &out2)) {
+                    const vcattn_status s1 = vcattn_attention(ctx, &cfg, &q.t, &k.t, &vt.t, &out1.t, NULL, ropep, NULL);
+                    const vcattn_status s3 = vcattn_attention(ctx, &cfg, &qs.t, &ks.t, &vt.t, &out2.t, NULL, ropep, NULL);
+                    promise(s1 != VCATTN_OK || s3 != VCATTN_OK || close_outputs(&out1, &out2, &vt, 0x1p-6f),
+                            "q times 2^-a and k times 2^+a refused or the same output");
+                    free(out1.buf);
+                    free(out2.buf);
+                }
+                free(vt.buf);
+                free(ks.buf);
+            }
+            free(qs.buf);
         }
     }
     free(out_before);
