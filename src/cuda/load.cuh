@@ -103,44 +103,59 @@ struct smem_tile {
     }
 
     // Rows [n0, n0 + rows) of head (b, h), gathered through perm (may be
-    // NULL); rows of the tile from `rows` on are not written. The whole block loads the tile, 16
-    // bytes per access where rows are aligned (the quantizers were
-    // instruction-bound on per-element loads and address arithmetic); kHalf
-    // needs them aligned. d is a power of two, a multiple of 8.
+    // NULL); rows of the tile from `rows` on are not written. The whole block
+    // loads the tile, 16 bytes per access where rows are aligned (the
+    // quantizers were instruction-bound on per-element loads and address
+    // arithmetic); kHalf needs them aligned. d is a power of two, a multiple
+    // of 8. kBatch (kHalf): 16-byte chunks a thread has in flight.
+    template <int kBatch = 1>
     __device__ void load(const dev_tensor &t, const quant_common &c, int b, int h, const int32_t *perm, int n0,
                          int rows) {
         const int d = c.head_dim;
         const int64_t head = (int64_t)b * c.heads + h, base = b * t.sb + h * t.sh;
-        if (kHalf || t.vec) {
+        if constexpr (kHalf) {
+            // kBatch chunks at a time: their row indices, then their loads,
+            // issued before any is used (4 registers of raw row a chunk).
+            const int shift = __ffs(d / 8) - 1, total = rows * (d / 8);
+            for (int i0 = threadIdx.x; i0 < total; i0 += kBatch * blockDim.x) {
+                int64_t at[kBatch];
+#pragma unroll
+                for (int j = 0; j < kBatch; j++) {
+                    const int i = i0 + j * blockDim.x, n = n0 + (i >> shift), col = (i & (d / 8 - 1)) * 8;
+                    at[j] = i < total ? base + (int64_t)(perm ? perm[head * c.tokens + n] : n) * t.sn + col : -1;
+                }
+                uint4 raw[kBatch];
+#pragma unroll
+                for (int j = 0; j < kBatch; j++)
+                    raw[j] = at[j] >= 0 ? *reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(t.data) + at[j])
+                                        : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+                for (int j = 0; j < kBatch; j++) {
+                    const int i = i0 + j * blockDim.x;
+                    if (i >= total) break;
+                    if (c.check_finite) {
+                        float v[8];
+                        widen8(t.dtype, raw[j], v);
+                        for (int e = 0; e < 8; e++) checked(v[e], c);
+                    }
+                    uint2 *dst = reinterpret_cast<uint2 *>(x + (i >> shift) * ld + (i & (d / 8 - 1)) * 8);
+                    dst[0] = make_uint2(raw[j].x, raw[j].y);
+                    dst[1] = make_uint2(raw[j].z, raw[j].w);
+                }
+            }
+            return;
+        }
+        if (t.vec) {
             const int shift = __ffs(d / 8) - 1, total = rows * (d / 8);
             for (int i = threadIdx.x; i < total; i += blockDim.x) {
                 const int r = i >> shift, col = (i & (d / 8 - 1)) * 8, n = n0 + r;
-                const bool in = n < c.tokens;
-                const int64_t at = in ? base + (int64_t)(perm ? perm[head * c.tokens + n] : n) * t.sn + col : 0;
-                if constexpr (kHalf) {
-                    uint4 raw = make_uint4(0u, 0u, 0u, 0u);
-                    if (in) {
-                        raw = *reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(t.data) + at);
-                        if (c.check_finite) {
-                            float v[8];
-                            widen8(t.dtype, raw, v);
-                            for (int e = 0; e < 8; e++) checked(v[e], c);
-                        }
-                    }
-                    uint2 *dst = reinterpret_cast<uint2 *>(x + r * ld + col);
-                    dst[0] = make_uint2(raw.x, raw.y);
-                    dst[1] = make_uint2(raw.z, raw.w);
-                } else {
-                    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-                    if (in) {
-                        load8(t, at, v);
-                        if (c.check_finite)
-                            for (int e = 0; e < 8; e++) checked(v[e], c);
-                    }
-                    float4 *dst = reinterpret_cast<float4 *>(x + r * ld + col);
-                    dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-                    dst[1] = make_float4(v[4], v[5], v[6], v[7]);
-                }
+                float v[8];
+                load8(t, base + (int64_t)(perm ? perm[head * c.tokens + n] : n) * t.sn + col, v);
+                if (c.check_finite)
+                    for (int e = 0; e < 8; e++) checked(v[e], c);
+                float4 *dst = reinterpret_cast<float4 *>(x + r * ld + col);
+                dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+                dst[1] = make_float4(v[4], v[5], v[6], v[7]);
             }
             return;
         }

@@ -526,7 +526,10 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     const bool weighted = a.demean && a.probe.rows > 0;
     if (weighted) probe_weights(a.probe, head, tile, gridDim.x, count, weight_s);
     smem_tile<kHalf> rows(tile_smem, d, a.v.dtype);
-    rows.load(a.v, a.c, b, h, a.perm, n0, count);
+    // four chunks a thread in flight (one at a time, this pass waited on each
+    // load); the codes' pass, whose reads mostly hit L2, was slower that way
+    // (more registers, fewer blocks) and keeps one
+    rows.template load<4>(a.v, a.c, b, h, a.perm, n0, count);
     __syncthreads();
     for (int ch = threadIdx.x; ch < d; ch += kRowThreads) {
         double s = 0.0, total = (double)count;
