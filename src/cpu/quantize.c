@@ -298,30 +298,41 @@ static double nvfp4_block_error(const float *v, float pre, const double *weight,
 
 /* NVFP4's scales follow each 16-token run's amax, so a block centre helps a
  * channel only where its tokens share more than they spread. Per block and
- * channel, the centre stays where it gives the smaller NVFP4 error at the
- * tensor scale of the demeaned rows, and is dropped (the raw rows quantized)
- * where it does not: a block never quantizes worse, channel by channel,
- * than it would undemeaned. With the attention probe's weights the error is
- * the one the output sees (a token's error reaches row i as p_ij e_j, so
- * it counts as sum_i p_ij^2: docs/fidelity.md); without them, every token
- * alike. v and pre: the rows and their per-channel pre-scale; op->val
- * holds the scaled residual and op->mean the scaled centres. */
-static void nvfp4_keep_helpful_centres(const float *v, const float *pre, const double *weight, int64_t n,
+ * channel, the centre stays where it gives the smaller NVFP4 error, and is
+ * dropped (the raw rows quantized) where it does not: a block never
+ * quantizes worse, channel by channel, than it would undemeaned. The choice
+ * is made at the tensor scale of the demeaned rows, then again at the one
+ * that choice leaves (raw channels raise the head's amax). With the
+ * attention probe's weights the error is the one the output sees (a token's
+ * error reaches row i as p_ij e_j, so it counts as sum_i p_ij^2:
+ * docs/fidelity.md); without them, every token alike. v and pre: the rows
+ * and their per-channel pre-scale; op->val holds the scaled residual and
+ * op->mean the scaled centres. 0, or -1 out of memory. */
+static int nvfp4_keep_helpful_centres(const float *v, const float *pre, const double *weight, int64_t n,
                                        int64_t d, value_operand *op) {
     float a = amax_rows(op->val, d, 0, n);  /* the tensor scale nvfp4_values gives the demeaned rows */
     for (int64_t i = 0; i < op->tiles * d; i++) a = fmaxf(a, fabsf(op->mean[i]) / MEAN_HEADROOM_FP4);
-    const float ts = vcattn_nvfp4_tensor_scale(a);
-    for (int64_t t0 = 0, j = 0; t0 < n; t0 += VCATTN_TILE, j++) {
-        const int64_t t1 = t0 + VCATTN_TILE < n ? t0 + VCATTN_TILE : n;
-        for (int64_t c = 0; c < d; c++) {
-            const float mu = op->mean[j * d + c];
-            if (mu == 0.0f || nvfp4_block_error(v, pre[c], weight, t0, t1, d, c, mu, ts) <
-                                  nvfp4_block_error(v, pre[c], weight, t0, t1, d, c, 0.0f, ts))
-                continue;
-            op->mean[j * d + c] = 0.0f;
-            for (int64_t t = t0; t < t1; t++) op->val[t * d + c] = v[t * d + c] * pre[c];
+    float *centre = malloc((size_t)(op->tiles * d) * sizeof(float));
+    if (!centre) return -1;
+    memcpy(centre, op->mean, (size_t)(op->tiles * d) * sizeof(float));
+    /* Twice: the second time at the tensor scale the first choice leaves */
+    for (int pass = 0; pass < 2; pass++) {
+        const float ts = vcattn_nvfp4_tensor_scale(a);
+        for (int64_t t0 = 0, j = 0; t0 < n; t0 += VCATTN_TILE, j++) {
+            const int64_t t1 = t0 + VCATTN_TILE < n ? t0 + VCATTN_TILE : n;
+            for (int64_t c = 0; c < d; c++) {
+                const float mu = centre[j * d + c];
+                const int keep = mu != 0.0f && nvfp4_block_error(v, pre[c], weight, t0, t1, d, c, mu, ts) <
+                                                   nvfp4_block_error(v, pre[c], weight, t0, t1, d, c, 0.0f, ts);
+                op->mean[j * d + c] = keep ? mu : 0.0f;
+                for (int64_t t = t0; t < t1; t++) op->val[t * d + c] = v[t * d + c] * pre[c] - (keep ? mu : 0.0f);
+            }
         }
+        a = amax_rows(op->val, d, 0, n);
+        for (int64_t i = 0; i < op->tiles * d; i++) a = fmaxf(a, fabsf(op->mean[i]) / MEAN_HEADROOM_FP4);
     }
+    free(centre);
+    return 0;
 }
 
 vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard, const float *v,
@@ -373,7 +384,10 @@ vcattn_status quantize_values(vcattn_v_format fmt, int demean, float sink_guard,
     case VCATTN_V_FP8_CHANNEL: fp8_values_per_channel(op->val, n, d, op); break;
     case VCATTN_V_FP8_BLOCK: fp8_values_per_tile(op->val, n, d, op); break;
     case VCATTN_V_NVFP4:
-        if (demean) nvfp4_keep_helpful_centres(v, pre, weight, n, d, op);
+        if (demean && nvfp4_keep_helpful_centres(v, pre, weight, n, d, op)) {
+            value_operand_free(op);
+            return VCATTN_ERR_OUT_OF_MEMORY;
+        }
         nvfp4_values(op->val, n, d, op);
         break;
     }
