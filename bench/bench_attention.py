@@ -65,7 +65,10 @@ def shape_of(name):
 
 
 def checkout_commit():
-    """The commit of this checkout (with -dirty when it has changes), or None."""
+    """The commit of this checkout (with -dirty when it has changes), or None;
+    $VCATTN_COMMIT instead where the tree is a copy whose git is not current."""
+    if os.environ.get("VCATTN_COMMIT"):
+        return os.environ["VCATTN_COMMIT"]
     try:
         return subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
                               cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
