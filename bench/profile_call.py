@@ -45,7 +45,7 @@ def main():
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             vc(q, k, v, out, cfg, layer)
             torch.cuda.synchronize()
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14))
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40))
     if layer:
         vc.lib.vcattn_layer_destroy(layer)
 
