@@ -202,6 +202,27 @@ for label, kwargs, needle in (("general mask", dict(attn_mask=torch.rand(256, 25
     check(any(needle in str(w.message) and "SDPA" in str(w.message) for w in caught), "%s: no warning" % label)
 raises(ValueError, lambda: vd.attention_backend(*qkv, _parallel_config=object()), "vcattn.parallel",
        "context parallelism")
+# the length rule (CUDA calls under vcattn.SDPA_BELOW_KEYS keys per head go to SDPA), made to hold
+# here too so its route is checked on any device: SDPA's exact output, counted, RoPE applied first
+from vcattn import _core  # noqa: E402
+rule = _core.too_short_for_gpu
+_core.too_short_for_gpu = lambda device_type, keys: keys < 1024
+try:
+    n0, s0 = calls(), vd.stats["sdpa:short"]
+    check(torch.equal(vd.attention_backend(*qkv), sdpa(*qkv)) and calls() == n0 and vd.stats["sdpa:short"] == s0 + 1,
+          "length rule: a short call is not SDPA's exact output, counted")
+    angle = torch.rand(256, 32, device=device) * 6.0
+    cos, sin = angle.cos(), angle.sin()
+    got = vd._route(False, *qkv, None, 0.0, False, None, False, False, None, rope=(cos, sin))
+    want = sdpa(vd._rotate(qkv[0], cos, sin), vd._rotate(qkv[1], cos, sin), qkv[2])
+    check(torch.equal(got, want) and vd.stats["sdpa:short"] == s0 + 2,
+          "length rule with RoPE tables: not SDPA on the rotated q and k")
+    _core.too_short_for_gpu = lambda device_type, keys: keys < 128
+    n0 = calls()
+    vd.attention_backend(*qkv)
+    check(calls() == n0 + 1, "length rule: a call at or past the threshold left vcattn")
+finally:
+    _core.too_short_for_gpu = rule
 
 # ---- whole pipelines (WanPipeline needs transformers for its imports)
 try:

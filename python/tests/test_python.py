@@ -273,6 +273,15 @@ if torch is not None:
     check(torch.equal(vcattn.sdpa(sq, sk, sv), vcattn.attention(sq, sk, sv)) and
           vcattn.sdpa_routes["vcattn"] == routes0.get("vcattn", 0) + 1, "length rule: a CPU call left vcattn")
     check(vcattn.set_sdpa_below_keys(0) == 1 << 20 and not _core.too_short_for_gpu("cuda", 1), "length rule off at 0")
+    rule = _core.too_short_for_gpu  # the route itself, made to hold on the CPU
+    _core.too_short_for_gpu = lambda device_type, keys: True
+    try:
+        routes0 = dict(vcattn.sdpa_routes)
+        check(torch.equal(vcattn.sdpa(sq, sk, sv), F.scaled_dot_product_attention(sq, sk, sv)) and
+              vcattn.sdpa_routes["sdpa:short"] == routes0.get("sdpa:short", 0) + 1,
+              "length rule: a short call is not SDPA's exact result, counted")
+    finally:
+        _core.too_short_for_gpu = rule
     for bad in (-1, 2.5, True, "10"):
         raises(ValueError, lambda: vcattn.set_sdpa_below_keys(bad), "non-negative int", "set_sdpa_below_keys(%r)" % (bad,))
     vcattn.set_sdpa_below_keys(before)
