@@ -39,7 +39,7 @@ from needs import torch_or_exit  # noqa: E402
 
 torch = torch_or_exit("bench_attention")
 from vcattn import _capi  # noqa: E402
-from timing import median_ms  # noqa: E402
+from timing import median_ms, medians_interleaved_ms  # noqa: E402
 
 SHAPES = {  # name: (B, H, N, D)
     "wan2.2-720p": (1, 40, 75600, 128),
@@ -211,7 +211,10 @@ def bench_shape(vc, name, shape, reps, check_finite=0, method="vc", probe_rows=0
     layer = vc.layer(40)
     vc(q, k, v, out, cfg, layer)                 # step 0: cold grouping
     vc.lib.vcattn_layer_set_step(layer, 1)       # plain step: permutation reused
-    row["vc_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
+    # the plain step and the drop-in call (no layer state) in turn, round by
+    # round: their ratio is the principal order's cost, not the machine's drift
+    row["vc_call_ms"], row["vc_dropin_ms"] = medians_interleaved_ms(
+        [lambda: vc(q, k, v, out, cfg, layer), lambda: vc(q, k, v, out, cfg)], reps, "cuda")
     row["vc_kernel_ms"], row["vc_preprocess_ms"] = kernel_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
 
     def warm_group():
@@ -220,7 +223,6 @@ def bench_shape(vc, name, shape, reps, check_finite=0, method="vc", probe_rows=0
     # As many calls as the plain step: a median of two read +18% over it at
     # Wan2.2 where bench_grouping.py's five calls read +10% (2026-12-03).
     row["vc_grouping_ms"] = time_ms(warm_group, reps)
-    row["vc_dropin_ms"] = time_ms(lambda: vc(q, k, v, out, cfg), reps)
     if probe_rows:  # the attention probe's cost, in this process: plain step and drop-in again with it
         cfg_p = vc.config(method, check_finite)
         cfg_p.vsmooth_probe_rows = probe_rows
