@@ -7,6 +7,7 @@
 #include "../formats/halfs.h"
 #include "../vsmooth/vsmooth.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,28 +191,17 @@ static vcattn_status check_aliasing(vcattn_context *ctx, const vcattn_tensor *q,
     return VCATTN_OK;
 }
 
-static int scan_finite(const vcattn_tensor *t, int threads) {
-    int ok = 1;
-    #pragma omp parallel for collapse(2) reduction(&& : ok) schedule(static) num_threads(threads)
-    for (int64_t b = 0; b < t->batch; b++)
-        for (int64_t h = 0; h < t->heads; h++)
-            for (int64_t n = 0; n < t->tokens; n++)
-                for (int64_t d = 0; d < t->head_dim; d++) {
-                    float x = vcattn_tensor_get(t, b, h, n, d);
-                    ok = ok && vcattn_isfinite_f32(x);
-                }
-    return ok;
-}
-
-/* Whether every element of t lies within +-max (t already finite). */
+/* Whether every element of t is finite and within +-max (FLT_MAX: finite). */
 static int scan_within(const vcattn_tensor *t, float max, int threads) {
     int ok = 1;
     #pragma omp parallel for collapse(2) reduction(&& : ok) schedule(static) num_threads(threads)
     for (int64_t b = 0; b < t->batch; b++)
         for (int64_t h = 0; h < t->heads; h++)
             for (int64_t n = 0; n < t->tokens; n++)
-                for (int64_t d = 0; d < t->head_dim; d++)
-                    ok = ok && fabsf(vcattn_tensor_get(t, b, h, n, d)) <= max;
+                for (int64_t d = 0; d < t->head_dim; d++) {
+                    const float x = vcattn_tensor_get(t, b, h, n, d);
+                    ok = ok && vcattn_isfinite_f32(x) && fabsf(x) <= max;
+                }
     return ok;
 }
 
@@ -269,9 +259,9 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "lse: pointer not aligned to 4-byte floats");
     if (cfg->check_finite && scan_host) {
         const int threads = cpu_thread_count(cfg);
-        if (!scan_finite(q, threads)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "q contains NaN or Inf");
-        if (!scan_finite(k, threads)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "k contains NaN or Inf");
-        if (!scan_finite(v, threads)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "v contains NaN or Inf");
+        if (!scan_within(q, FLT_MAX, threads)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "q contains NaN or Inf");
+        if (!scan_within(k, FLT_MAX, threads)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "k contains NaN or Inf");
+        if (!scan_within(v, FLT_MAX, threads)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "v contains NaN or Inf");
         if (rope && (!table_finite(rope->q_cos, q->tokens * d / 2) ||
                      !table_finite(rope->q_sin, q->tokens * d / 2) ||
                      !table_finite(rope->k_cos, k->tokens * d / 2) ||

@@ -252,13 +252,19 @@ static void exact_values(float *val, int64_t n, int64_t d, value_operand *op) {
     }
 }
 
+/* The head's NVFP4 tensor scale for residual rows r and block centres mean
+ * (NULL: none), which must stay within MEAN_HEADROOM_FP4 of it. */
+static float nvfp4_head_scale(const float *r, const float *mean, int64_t n, int64_t d, int64_t tiles) {
+    float a = amax_rows(r, d, 0, n);
+    if (mean)
+        for (int64_t i = 0; i < tiles * d; i++) a = fmaxf(a, fabsf(mean[i]) / MEAN_HEADROOM_FP4);
+    return vcattn_nvfp4_tensor_scale(a);
+}
+
 /* NVFP4 along the contraction (token) axis: 16 consecutive tokens of one
  * channel share an E4M3 scale; the head's tensor scale is the epilogue's. */
 static void nvfp4_values(const float *r, int64_t n, int64_t d, value_operand *op) {
-    float a = amax_rows(r, d, 0, n);
-    if (op->mean)
-        for (int64_t i = 0; i < op->tiles * d; i++) a = fmaxf(a, fabsf(op->mean[i]) / MEAN_HEADROOM_FP4);
-    float ts = vcattn_nvfp4_tensor_scale(a);
+    const float ts = nvfp4_head_scale(r, op->mean, n, d, op->tiles);
     for (int64_t c = 0; c < d; c++) {
         for (int64_t t0 = 0; t0 < n; t0 += VCATTN_NVFP4_BLOCK) {
             int64_t t1 = t0 + VCATTN_NVFP4_BLOCK < n ? t0 + VCATTN_NVFP4_BLOCK : n;
@@ -310,14 +316,13 @@ static double nvfp4_block_error(const float *v, float pre, const double *weight,
  * op->mean the scaled centres. 0, or -1 out of memory. */
 static int nvfp4_keep_helpful_centres(const float *v, const float *pre, const double *weight, int64_t n,
                                        int64_t d, value_operand *op) {
-    float a = amax_rows(op->val, d, 0, n);  /* the tensor scale nvfp4_values gives the demeaned rows */
-    for (int64_t i = 0; i < op->tiles * d; i++) a = fmaxf(a, fabsf(op->mean[i]) / MEAN_HEADROOM_FP4);
     float *centre = malloc((size_t)(op->tiles * d) * sizeof(float));
     if (!centre) return -1;
     memcpy(centre, op->mean, (size_t)(op->tiles * d) * sizeof(float));
-    /* Twice: the second time at the tensor scale the first choice leaves */
+    /* Twice: first at the tensor scale nvfp4_values would give the demeaned
+     * rows, then at the one the first choice leaves */
     for (int pass = 0; pass < 2; pass++) {
-        const float ts = vcattn_nvfp4_tensor_scale(a);
+        const float ts = nvfp4_head_scale(op->val, op->mean, n, d, op->tiles);
         for (int64_t t0 = 0, j = 0; t0 < n; t0 += VCATTN_TILE, j++) {
             const int64_t t1 = t0 + VCATTN_TILE < n ? t0 + VCATTN_TILE : n;
             for (int64_t c = 0; c < d; c++) {
@@ -328,8 +333,6 @@ static int nvfp4_keep_helpful_centres(const float *v, const float *pre, const do
                 for (int64_t t = t0; t < t1; t++) op->val[t * d + c] = v[t * d + c] * pre[c] - (keep ? mu : 0.0f);
             }
         }
-        a = amax_rows(op->val, d, 0, n);
-        for (int64_t i = 0; i < op->tiles * d; i++) a = fmaxf(a, fabsf(op->mean[i]) / MEAN_HEADROOM_FP4);
     }
     free(centre);
     return 0;
