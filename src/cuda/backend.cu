@@ -525,11 +525,13 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     // Without the probe V needs only the order: its three kernels run on the
     // side stream beside K's and Q's (each alone leaves SMs idle at short
     // sequences); the call's stream waits for them before the attention.
-    side_branch beside(cs, S == 0);
-    if (beside.stream != cs.stream &&
-        (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->out_max, nullptr, op->tile_mean,
+    auto values = [&](const probe_args *weights, cudaStream_t stream) {
+        return quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->out_max, weights, op->tile_mean,
                           tile_hi, tile_lo, chan_inv, op->chan_mul, chan_pre, op->chan_pow2, op->v_records,
-                          op->v_mean_images, beside.stream)))
+                          op->v_mean_images, stream);
+    };
+    side_branch beside(cs, S == 0);
+    if (beside.stream != cs.stream && (err = values(nullptr, beside.stream)))
         return cs.cuda_fail(err, "quantization");
     if (cfg->k_smoothing && (err = k_channel_mean(in.k, in.krope, ck, partials, op->kmean, cs.stream)))
         return cs.cuda_fail(err, "K channel mean");
@@ -552,10 +554,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         probe.score_mul = sm_scale * VCATTN_LOG2E;
         if ((err = attention_probe(probe, (int)D, cs.stream))) return cs.cuda_fail(err, "attention probe");
     }
-    if (beside.stream == cs.stream &&
-        (err = quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->out_max, S ? &probe : nullptr,
-                          op->tile_mean, tile_hi, tile_lo, chan_inv, op->chan_mul, chan_pre, op->chan_pow2, op->v_records,
-                          op->v_mean_images, cs.stream)))
+    if (beside.stream == cs.stream && (err = values(S ? &probe : nullptr, cs.stream)))
         return cs.cuda_fail(err, "quantization");
     if ((err = beside.join())) return cs.cuda_fail(err, "side stream");
     return VCATTN_OK;

@@ -282,13 +282,12 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
                 if (valid && sl == 0) a.key_bias[(qh * tiles + tile) * VC_KV_ROWS + r] = s * a.score_mul;
             }
         } else {
-            double s = 0.0;
 #pragma unroll
-            for (int k = 0; k < E; k++) {
-                x[k] = x[k] - qm[k];
-                s += (double)x[k] * x[k];
-            }
+            for (int k = 0; k < E; k++) x[k] = x[k] - qm[k];
             if (a.max_norm) {  // the row as quantized, for the unseen-score check
+                double s = 0.0;
+#pragma unroll
+                for (int k = 0; k < E; k++) s += (double)x[k] * x[k];
                 const double sum = seg_sum(s);
                 if (valid) row_norm = sum == sum ? (float)sqrt(sum) : INFINITY;
             }
