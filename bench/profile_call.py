@@ -16,6 +16,26 @@ torch = torch_or_exit("profile_call")
 from bench_attention import SHAPES, Vcattn  # noqa: E402
 
 
+def print_timeline(prof):
+    """Start offset, duration and the idle gap before each GPU operation (µs);
+    busy time is the union of the operations' intervals (side streams overlap)."""
+    from torch.autograd import DeviceType
+    ops = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
+    if not ops:
+        print("timeline: no GPU operations recorded")
+        return
+    t0, covered, busy = ops[0].time_range.start, ops[0].time_range.start, 0.0
+    print(f"{'start':>10} {'dur':>10} {'gap':>8}  operation (µs)")
+    for e in ops:
+        start, end = e.time_range.start, e.time_range.end
+        gap = max(0.0, start - covered)
+        busy += max(0.0, end - max(start, covered))
+        covered = max(covered, end)
+        print(f"{start - t0:10.1f} {end - start:10.1f} {gap:8.1f}  {e.name[:90]}")
+    span = covered - t0
+    print(f"timeline: span {span:.1f} µs, busy {busy:.1f} µs, idle {span - busy:.1f} µs, {len(ops)} operations")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="seq-32k", choices=list(SHAPES))
@@ -27,6 +47,9 @@ def main():
     ap.add_argument("--check-finite", action="store_true", help="with the finite check (the public call's default)")
     ap.add_argument("--kernels", action="store_true",
                     help="then print each kernel's GPU time in one more plain step (torch.profiler, CUPTI)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="with --kernels: every GPU operation of that step in start order, with the idle gaps "
+                         "between them, and the step's span against the GPU's busy time")
     args = ap.parse_args()
     vc = Vcattn(args.lib)
     b, h, n, d = SHAPES[args.shape]
@@ -46,6 +69,8 @@ def main():
             vc(q, k, v, out, cfg, layer)
             torch.cuda.synchronize()
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40))
+        if args.timeline:
+            print_timeline(prof)
     if layer:
         vc.lib.vcattn_layer_destroy(layer)
 

@@ -10,6 +10,8 @@
 #include "../formats/formats.h"
 #include "../vsmooth/vsmooth.h"
 
+#include <mma.h>
+
 namespace {
 
 constexpr int kThreads = 256;      // two threads per key of a tile: even and odd probe rows
@@ -25,15 +27,31 @@ __device__ __forceinline__ int ordered_key(float f) {
 }
 __device__ __forceinline__ float ordered_float(int key) { return __int_as_float(key >= 0 ? key : key ^ 0x7fffffff); }
 
+// The dynamic shared memory of probe_tile_kernel<D>: the tile's keys and a
+// pass's probe rows, INT8, each as D/16 slabs of 16 channels ([slab][row][16]:
+// every 16 x 16 fragment is 256 contiguous bytes, as the tensor cores'
+// fragment loads want them aligned); the pass's integer scores take the
+// rows' place once the products are done (4 blocks an SM at D 128, not 3).
+template <int D> struct probe_smem {
+    static constexpr int kKeys = VC_KV_ROWS * D, kRows = kRowsPerPass * D, kScoreLd = VC_KV_ROWS + 4;
+    static constexpr int kScores = kRowsPerPass * kScoreLd * 4;
+    static constexpr int kBytes = kKeys + (kRows > kScores ? kRows : kScores);
+    static __device__ int at(int row, int col, int rows) { return (col / 16) * rows * 16 + row * 16 + col % 16; }
+};
+
 // One 128-key tile of one key head against the probe rows, kRowsPerPass at a
-// time: thread (parity, key j) scores rows s = base + parity + 2m. Writes the
-// code bytes [head][tile][S][128], and per (row, tile) the ceiling C_st and
-// the exact sums L_st, S_st ([head][S][T]).
+// time: the integer scores of a pass on the tensor cores (int8 in, exact int32
+// out: the dp4a sums to the bit), then thread (parity, key j) takes rows
+// s = base + parity + 2m. Writes the code bytes [head][tile][S][128], and per
+// (row, tile) the ceiling C_st and the exact sums L_st, S_st ([head][S][T]).
 template <int D>
 __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
-    constexpr int KLD = D + 4;  // bytes per staged key row: 4-byte columns fall in distinct banks
-    __shared__ alignas(16) int8_t keys[VC_KV_ROWS * KLD];
-    __shared__ alignas(16) int8_t rows[kRowsPerPass * D];
+    using namespace nvcuda;
+    using smem = probe_smem<D>;
+    extern __shared__ __align__(16) uint8_t probe_smem_bytes[];
+    int8_t *keys = reinterpret_cast<int8_t *>(probe_smem_bytes);
+    int8_t *rows = keys + smem::kKeys;
+    int *scores = reinterpret_cast<int *>(rows);  // over the rows, once every warp has its products
     __shared__ float row_mul[kRowsPerPass];
     __shared__ int row_head[kRowsPerPass];
     // Per warp and score slot: the maximum (as ordered ints) and the integer
@@ -54,8 +72,7 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
         uint32_t r, col;
         vc_tile_coords((uint32_t)c * 16, VC_KV_ROWS, &r, &col);
         const uint4 v = *reinterpret_cast<const uint4 *>(ktile + c * 16);
-        uint32_t *dst = reinterpret_cast<uint32_t *>(keys + r * KLD + col);
-        dst[0] = v.x; dst[1] = v.y; dst[2] = v.z; dst[3] = v.w;
+        *reinterpret_cast<uint4 *>(keys + smem::at(r, col, VC_KV_ROWS)) = v;
     }
     const float kmul = a.k_mul[(head * tiles + tile) * 4 + ((j & 7) >> 1)];
 
@@ -70,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
                 const int8_t *qtile = a.q_codes + (qh * a.q_tiles + i / VC_Q_ROWS) * (int64_t)VC_Q_ROWS * D;
                 v = *reinterpret_cast<const uint4 *>(qtile + vc_tile_offset((uint32_t)(i % VC_Q_ROWS), col, VC_Q_ROWS));
             }
-            *reinterpret_cast<uint4 *>(rows + r * D + col) = v;
+            *reinterpret_cast<uint4 *>(rows + smem::at(r, col, kRowsPerPass)) = v;
         }
         if (threadIdx.x < kRowsPerPass) {
             const int s = base + threadIdx.x;
@@ -81,15 +98,34 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
         }
         __syncthreads();
 
-        int acc[kPerThread] = {};
-        const int *krow = reinterpret_cast<const int *>(keys + j * KLD);
-#pragma unroll 4
-        for (int x = 0; x < D / 4; x++) {
-            const int kw = krow[x];
+        {  // scores[r][j] = rows[r] . keys[j]: warp w, rows 16 (w % 4).., keys 32 (w / 4)..
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, signed char, wmma::row_major> fa;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, signed char, wmma::col_major> fb;
+            wmma::fragment<wmma::accumulator, 16, 16, 16, int> fc[VC_KV_ROWS / 16 / 2];
+            const int ti = warp % 4, tj0 = (warp / 4) * (VC_KV_ROWS / 16 / 2);
 #pragma unroll
-            for (int m = 0; m < kPerThread; m++)
-                acc[m] = __dp4a(reinterpret_cast<const int *>(rows + (parity + 2 * m) * D)[x], kw, acc[m]);
+            for (int f = 0; f < VC_KV_ROWS / 16 / 2; f++) wmma::fill_fragment(fc[f], 0);
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                wmma::load_matrix_sync(fa, reinterpret_cast<const signed char *>(rows) +
+                                               smem::at(16 * ti, 16 * kk, kRowsPerPass), 16);
+#pragma unroll
+                for (int f = 0; f < VC_KV_ROWS / 16 / 2; f++) {
+                    wmma::load_matrix_sync(fb, reinterpret_cast<const signed char *>(keys) +
+                                                   smem::at(16 * (tj0 + f), 16 * kk, VC_KV_ROWS), 16);
+                    wmma::mma_sync(fc[f], fa, fb, fc[f]);
+                }
+            }
+            __syncthreads();  // every warp's fragments of rows[] are read
+#pragma unroll
+            for (int f = 0; f < VC_KV_ROWS / 16 / 2; f++)
+                wmma::store_matrix_sync(scores + 16 * ti * smem::kScoreLd + 16 * (tj0 + f), fc[f], smem::kScoreLd,
+                                        wmma::mem_row_major);
         }
+        __syncthreads();
+        int acc[kPerThread];
+#pragma unroll
+        for (int m = 0; m < kPerThread; m++) acc[m] = scores[(parity + 2 * m) * smem::kScoreLd + j];
         float t[kPerThread];
 #pragma unroll
         for (int m = 0; m < kPerThread; m++) {  // the score as the attention kernel forms it
@@ -177,14 +213,24 @@ __global__ void __launch_bounds__(kThreads) probe_rows_kernel(probe_args a, int 
     }
 }
 
+template <int D>
+cudaError_t launch_probe_tiles(const probe_args &a, dim3 grid, cudaStream_t stream) {
+    const cudaError_t err = cudaFuncSetAttribute(probe_tile_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 probe_smem<D>::kBytes);
+    if (err != cudaSuccess) return err;
+    probe_tile_kernel<D><<<grid, kThreads, probe_smem<D>::kBytes, stream>>>(a);
+    return cudaSuccess;
+}
+
 }  // namespace
 
 cudaError_t attention_probe(const probe_args &a, int head_dim, cudaStream_t stream) {
     const int tiles = (a.tokens_k + VC_KV_ROWS - 1) / VC_KV_ROWS;
     const dim3 grid(tiles, a.heads_kv, a.batch);
-    if (head_dim == 128) probe_tile_kernel<128><<<grid, kThreads, 0, stream>>>(a);
-    else if (head_dim == 64) probe_tile_kernel<64><<<grid, kThreads, 0, stream>>>(a);
-    else return cudaErrorInvalidValue;
+    const cudaError_t err = head_dim == 128  ? launch_probe_tiles<128>(a, grid, stream)
+                            : head_dim == 64 ? launch_probe_tiles<64>(a, grid, stream)
+                                             : cudaErrorInvalidValue;
+    if (err != cudaSuccess) return err;
     probe_rows_kernel<<<a.batch * a.heads_kv, kThreads, 0, stream>>>(a, tiles);
     return cudaGetLastError();
 }
