@@ -180,28 +180,44 @@ def check_model(label, make, whole_model=True, dropin_reaches=True):
                 ", %d groupings as eager" % len(groupings) if groupings else ""))
 
 
+def opcheck(op, args, what):
+    """torch.library.opcheck, its failure naming the op and the case."""
+    try:
+        torch.library.opcheck(op, args)
+    except Exception as e:
+        raise AssertionError("%s, %s: %s: %s" % (op, what, type(e).__name__, e)) from e
+
+
 def check_opcheck():
     q, k, v = (torch.randn(1, 2, 200, 64, device=device) for _ in range(3))
     angles = torch.rand(200, 32, device=device) * 6.3
     cos, sin = angles.cos(), angles.sin()
-    state = vcattn.LayerState(4)
+    # opcheck runs each op several times and compares: a layer state at a
+    # grouping step would group cold, then warm from its own centroids, which
+    # may move a boundary between the runs. So the state groups once here and
+    # the op is checked at a step that reuses that grouping.
+    state = vcattn.LayerState(40)
     from vcattn import _torch_op
+    vcattn.attention(q, k, v, sm_scale=0.125, state=state)
+    state.step = 1
+    check(state.plan() == "reuse", "opcheck: step 1 after a grouping reuses it (plan %r)" % state.plan())
     for token in (None, _torch_op._layer_token(state)):
         for rope in ((None, None, 0), (cos, sin, 1)):
-            torch.library.opcheck(torch.ops.vcattn.attention.default,
-                                  (q, k, v, "HND", 0.125, "vc", "", token, True, *rope))
+            opcheck(torch.ops.vcattn.attention.default, (q, k, v, "HND", 0.125, "vc", "", token, True, *rope),
+                    "layer state %s, rope %s" % (token is not None, rope[0] is not None))
     nhd = [t.transpose(1, 2).contiguous() for t in (q, k, v)]
     keep = torch.ones(1, 200, dtype=torch.bool, device=device)
     keep[:, 150:] = False
     for mask in (None, keep):
         for rope in ((None, None), (cos, sin)):
             if mask is None:
-                torch.library.opcheck(torch.ops.vcattn.dit_attention.default, (*nhd, 0.125, *rope))
+                opcheck(torch.ops.vcattn.dit_attention.default, (*nhd, 0.125, *rope), "rope %s" % (rope[0] is not None))
             else:
-                torch.library.opcheck(torch.ops.vcattn.dit_masked_attention.default, (*nhd, 0.125, mask, *rope))
-            torch.library.opcheck(torch.ops.vcattn.dit_layer_attention.default,
-                                  (*nhd, vd._clock, 0.125, mask, *rope))
-    torch.library.opcheck(torch.ops.vcattn.dit_forward.default, (vd._clock.clone(), torch.tensor([999.0]), 0))
+                opcheck(torch.ops.vcattn.dit_masked_attention.default, (*nhd, 0.125, mask, *rope),
+                        "rope %s" % (rope[0] is not None))
+            opcheck(torch.ops.vcattn.dit_layer_attention.default, (*nhd, vd._clock, 0.125, mask, *rope),
+                    "mask %s, rope %s" % (mask is not None, rope[0] is not None))
+    opcheck(torch.ops.vcattn.dit_forward.default, (vd._clock.clone(), torch.tensor([999.0]), 0), "no installation")
     check(True, "opcheck")
     print("%s: torch.library.opcheck passes on vcattn::attention, dit_attention, dit_masked_attention, "
           "dit_layer_attention, dit_forward"
