@@ -223,13 +223,14 @@ def bench_shape(vc, name, shape, reps, check_finite=0, method="vc", probe_rows=0
     # As many calls as the plain step: a median of two read +18% over it at
     # Wan2.2 where bench_grouping.py's five calls read +10% (2026-12-03).
     row["vc_grouping_ms"] = time_ms(warm_group, reps)
-    if probe_rows:  # the attention probe's cost, in this process: plain step and drop-in again with it
+    if probe_rows:  # the attention probe's cost: with and without it, plain step and drop-in, in turn
         cfg_p = vc.config(method, check_finite)
         cfg_p.vsmooth_probe_rows = probe_rows
         vc.lib.vcattn_layer_set_step(layer, 1)
-        row["vc_probe_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg_p, layer), reps)
-        row["vc_probe_dropin_ms"] = time_ms(lambda: vc(q, k, v, out, cfg_p), reps)
-        row["vc_call_again_ms"] = time_ms(lambda: vc(q, k, v, out, cfg, layer), reps)
+        (row["vc_call_again_ms"], row["vc_probe_call_ms"], row["vc_dropin_again_ms"],
+         row["vc_probe_dropin_ms"]) = medians_interleaved_ms(
+            [lambda: vc(q, k, v, out, cfg, layer), lambda: vc(q, k, v, out, cfg_p, layer),
+             lambda: vc(q, k, v, out, cfg), lambda: vc(q, k, v, out, cfg_p)], reps, "cuda")
     cfg2 = vc.config("sage2", check_finite)
     row["sage2_ours_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg2), reps)
     vc.lib.vcattn_layer_destroy(layer)
@@ -294,11 +295,12 @@ def main():
               "(%.3f x the GPU time)" % ("", r["public_ms"], base / r["public_ms"] if base else 0,
                                           r["public_gpu_ms"], r["public_burst20_ms"],
                                           r["public_burst20_ms"] / r["public_gpu_ms"]))
-        if r.get("vc_probe_call_ms"):
-            plain = 0.5 * (r["vc_call_ms"] + r["vc_call_again_ms"])  # before and after the probe's runs
+        if r.get("vc_probe_call_ms"):  # each against its own run, timed in turn with it
             print("%-14s with the attention probe: plain step %.3f ms (%+.2f%% over %.3f), drop-in %.3f ms "
-                  "(%+.2f%%)" % ("", r["vc_probe_call_ms"], 100 * (r["vc_probe_call_ms"] / plain - 1), plain,
-                                 r["vc_probe_dropin_ms"], 100 * (r["vc_probe_dropin_ms"] / r["vc_dropin_ms"] - 1)))
+                  "(%+.2f%% over %.3f)" % (
+                      "", r["vc_probe_call_ms"], 100 * (r["vc_probe_call_ms"] / r["vc_call_again_ms"] - 1),
+                      r["vc_call_again_ms"], r["vc_probe_dropin_ms"],
+                      100 * (r["vc_probe_dropin_ms"] / r["vc_dropin_again_ms"] - 1), r["vc_dropin_again_ms"]))
         if r.get("sage2_ms"):
             print("%-14s vc call speed / SageAttention2 call speed: %.2fx (drop-in %.2fx)" %
                   ("", r["sage2_ms"] / r["vc_call_ms"], r["sage2_ms"] / r["vc_dropin_ms"]))

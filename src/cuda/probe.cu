@@ -14,9 +14,10 @@
 
 namespace {
 
-constexpr int kThreads = 256;      // two threads per key of a tile: even and odd probe rows
-constexpr int kRowsPerPass = 64;   // probe rows scored per pass over the tile (32 per thread)
-constexpr int kPerThread = kRowsPerPass / 2;
+constexpr int kThreads = 256;      // four threads per probe row of a pass, 32 keys each
+constexpr int kRowsPerPass = 64;   // probe rows scored per pass over the tile
+constexpr int kKeysPerThread = VC_KV_ROWS * kRowsPerPass / kThreads;
+static_assert(kKeysPerThread == 32, "a row's four threads: lanes 8 apart, 32 keys each");
 
 // A float as an int of the same order (negative values with the magnitude
 // bits flipped); the map is its own inverse. NaN is taken as -inf first, as
@@ -41,11 +42,13 @@ template <int D> struct probe_smem {
 
 // One 128-key tile of one key head against the probe rows, kRowsPerPass at a
 // time: the integer scores of a pass on the tensor cores (int8 in, exact int32
-// out: the dp4a sums to the bit), then thread (parity, key j) takes rows
-// s = base + parity + 2m. Writes the code bytes [head][tile][S][128], and per
-// (row, tile) the ceiling C_st and the exact sums L_st, S_st ([head][S][T]).
+// out: the dp4a sums to the bit), then each row by four threads (lanes 8
+// apart, 32 keys each: shared-memory reads free of bank conflicts), so the
+// maximum and the sums are a thread's own loop and two shuffles. Writes the
+// code bytes [head][tile][S][128], and per (row, tile) the ceiling C_st and
+// the exact sums L_st, S_st ([head][S][T]).
 template <int D>
-__global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
+__global__ void __launch_bounds__(kThreads, 3) probe_tile_kernel(probe_args a) {
     using namespace nvcuda;
     using smem = probe_smem<D>;
     extern __shared__ __align__(16) uint8_t probe_smem_bytes[];
@@ -54,16 +57,9 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
     int *scores = reinterpret_cast<int *>(rows);  // over the rows, once every warp has its products
     __shared__ float row_mul[kRowsPerPass];
     __shared__ int row_head[kRowsPerPass];
-    // Per warp and score slot: the maximum (as ordered ints) and the integer
-    // sums, by the warp-reduce instruction: probabilities in units of 2^-9
-    // (at most 2^17), their squares split into bits 16.. and 0..15.
-    __shared__ int part_max[8][kPerThread];
-    __shared__ unsigned part_sum[8][kPerThread], part_sq_hi[8][kPerThread], part_sq_lo[8][kPerThread];
-    __shared__ float ceiling[kRowsPerPass];  // each row's ceiling in this tile
     const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tiles = gridDim.x;
     const int64_t head = (int64_t)b * a.heads_kv + h;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j = threadIdx.x & (VC_KV_ROWS - 1), parity = threadIdx.x >> 7;
     const int count = min(VC_KV_ROWS, a.tokens_k - tile * VC_KV_ROWS);
     const int group = a.heads_q / a.heads_kv;
 
@@ -74,7 +70,8 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
         const uint4 v = *reinterpret_cast<const uint4 *>(ktile + c * 16);
         *reinterpret_cast<uint4 *>(keys + smem::at(r, col, VC_KV_ROWS)) = v;
     }
-    const float kmul = a.k_mul[(head * tiles + tile) * 4 + ((j & 7) >> 1)];
+    float kmul[4];  // key j's scale is kmul[(j & 7) >> 1]
+    for (int i = 0; i < 4; i++) kmul[i] = a.k_mul[(head * tiles + tile) * 4 + i];
 
     for (int base = 0; base < a.rows; base += kRowsPerPass) {
         __syncthreads();  // the previous pass is done with rows[] and ceiling[]
@@ -123,56 +120,59 @@ __global__ void __launch_bounds__(kThreads) probe_tile_kernel(probe_args a) {
                                         wmma::mem_row_major);
         }
         __syncthreads();
-        int acc[kPerThread];
+        // Row r's keys k0.. k0 + 31, read 4 at a time (16-byte reads: each
+        // quarter-warp's eight rows fall in distinct banks); the score as the
+        // attention kernel forms it, twice (for the maximum, then for the
+        // codes) rather than kept in registers.
+        const int r = 8 * warp + (lane & 7), k0 = kKeysPerThread * (lane >> 3), s = base + r;
+        const int4 *score4 = reinterpret_cast<const int4 *>(scores + r * smem::kScoreLd + k0);
+        const float *bias = a.key_bias ? a.key_bias + ((int64_t)row_head[r] * tiles + tile) * VC_KV_ROWS + k0 : nullptr;
+        auto score_of = [&](int i, int product) {
+            const float mult = row_mul[r] * kmul[(i & 7) >> 1];  // k0 is a multiple of 8
+            const float t = bias ? fmaf((float)product, mult, bias[i]) : (float)product * mult;
+            return k0 + i < count ? t : -INFINITY;
+        };
+        int mx = ordered_key(-INFINITY);
 #pragma unroll
-        for (int m = 0; m < kPerThread; m++) acc[m] = scores[(parity + 2 * m) * smem::kScoreLd + j];
-        float t[kPerThread];
-#pragma unroll
-        for (int m = 0; m < kPerThread; m++) {  // the score as the attention kernel forms it
-            const int r = parity + 2 * m;
-            const float mult = row_mul[r] * kmul;
-            const float *bias = a.key_bias ? a.key_bias + ((int64_t)row_head[r] * tiles + tile) * VC_KV_ROWS : nullptr;
-            t[m] = bias ? fmaf((float)acc[m], mult, bias[j]) : (float)acc[m] * mult;
-            if (j >= count) t[m] = -INFINITY;
-            const int wmax = __reduce_max_sync(0xffffffffu, ordered_key(t[m]));
-            if (lane == 0) part_max[warp][m] = wmax;
+        for (int g = 0; g < kKeysPerThread / 4; g++) {
+            const int4 p = score4[g];
+            mx = max(mx, max(max(ordered_key(score_of(4 * g, p.x)), ordered_key(score_of(4 * g + 1, p.y))),
+                             max(ordered_key(score_of(4 * g + 2, p.z)), ordered_key(score_of(4 * g + 3, p.w)))));
         }
-        __syncthreads();
-        if (threadIdx.x < kRowsPerPass) {  // row r's warps: 4 (r & 1) .. 4 (r & 1) + 3
-            const int r = threadIdx.x, w0 = 4 * (r & 1), m = r >> 1;
-            int mx = part_max[w0][m];
-            for (int w = 1; w < 4; w++) mx = max(mx, part_max[w0 + w][m]);
-            ceiling[r] = ceilf(ordered_float(mx));
-        }
-        __syncthreads();
+        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float ceiling = ceilf(ordered_float(mx));
+        // Probabilities in units of 2^-9 (at most 2^17): exact integer sums.
+        unsigned sum = 0, word[kKeysPerThread / 4] = {};
+        unsigned long long sq = 0;
 #pragma unroll
-        for (int m = 0; m < kPerThread; m++) {
-            const int r = parity + 2 * m, s = base + r;
-            const uint8_t code = j < count ? vsmooth_probe_code(t[m], ceiling[r]) : 0;
-            if (s < a.rows) a.codes[((head * tiles + tile) * a.rows + s) * VC_KV_ROWS + j] = code;
-            const unsigned n = (unsigned)(vcattn_e4m3_decode(code) * 512.0f);  // exact: a multiple of 2^-9
-            const unsigned long long n2 = (unsigned long long)n * n;
-            const unsigned sum = __reduce_add_sync(0xffffffffu, n);
-            const unsigned hi = __reduce_add_sync(0xffffffffu, (unsigned)(n2 >> 16));
-            const unsigned lo = __reduce_add_sync(0xffffffffu, (unsigned)(n2 & 0xffffu));
-            if (lane == 0) {
-                part_sum[warp][m] = sum;
-                part_sq_hi[warp][m] = hi;
-                part_sq_lo[warp][m] = lo;
+        for (int g = 0; g < kKeysPerThread / 4; g++) {
+            const int4 p = score4[g];
+            const int product[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = 4 * g + e;
+                const uint8_t code = k0 + i < count ? vsmooth_probe_code(score_of(i, product[e]), ceiling) : 0;
+                word[g] |= (unsigned)code << (8 * e);
+                const unsigned n = (unsigned)(vcattn_e4m3_decode(code) * 512.0f);
+                sum += n;
+                sq += (unsigned long long)n * n;
             }
         }
-        __syncthreads();
-        if (threadIdx.x < kRowsPerPass && base + (int)threadIdx.x < a.rows) {
-            const int r = threadIdx.x, w0 = 4 * (r & 1), m = r >> 1, s = base + r;
-            unsigned long long sum = 0, sq = 0;
-            for (int w = 0; w < 4; w++) {
-                sum += part_sum[w0 + w][m];
-                sq += ((unsigned long long)part_sq_hi[w0 + w][m] << 16) + part_sq_lo[w0 + w][m];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 8);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+        sq += __shfl_xor_sync(0xffffffffu, sq, 8);
+        sq += __shfl_xor_sync(0xffffffffu, sq, 16);
+        if (s < a.rows) {
+            uint4 *dst = reinterpret_cast<uint4 *>(a.codes + ((head * tiles + tile) * a.rows + s) * VC_KV_ROWS + k0);
+            dst[0] = make_uint4(word[0], word[1], word[2], word[3]);  // the row's bytes k0.. k0 + 31
+            dst[1] = make_uint4(word[4], word[5], word[6], word[7]);
+            if (lane < 8) {
+                const int64_t at = (head * a.rows + s) * tiles + tile;
+                a.tile_ceiling[at] = ceiling;
+                a.tile_sum[at] = ldexp((double)sum, -9);  // exact: the CPU's double sums
+                a.tile_sq[at] = ldexp((double)sq, -18);
             }
-            const int64_t at = (head * a.rows + s) * tiles + tile;
-            a.tile_ceiling[at] = ceiling[r];
-            a.tile_sum[at] = ldexp((double)sum, -9);   // exact: the CPU's double sums
-            a.tile_sq[at] = ldexp((double)sq, -18);
         }
     }
 }
