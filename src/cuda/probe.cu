@@ -6,6 +6,7 @@
 // the CPU's probe_and_quantize_values: the weights agree to the bit. Compiled
 // with -fmad=false, as quantize.cu.
 #include "kernels.h"
+#include "load.cuh"
 #include "operand_layout.h"
 #include "../formats/formats.h"
 #include "../vsmooth/vsmooth.h"
@@ -177,35 +178,54 @@ __global__ void __launch_bounds__(kThreads, 3) probe_tile_kernel(probe_args a) {
     }
 }
 
-// Per key head: thread s folds its row's tiles, ascending, into C_s and
-// 1 / l_s^2, and writes each tile's factor f_st; then the mean weight,
-// summed over s ascending.
-__global__ void __launch_bounds__(kThreads) probe_rows_kernel(probe_args a, int tiles) {
+// Per key head, a warp per probe row (32 warps: rows w, w + 32, ...): C_s
+// (the maximum of the row's tile ceilings, over the lanes), then l_s and Q_s,
+// their terms formed by the lanes 32 tiles at a time and added by lane 0 in
+// tile order (the CPU's order: the same doubles), then each tile's factor
+// f_st by the lanes; last the mean weight, summed over s ascending.
+constexpr int kRowsThreads = 1024;
+__global__ void __launch_bounds__(kRowsThreads) probe_rows_kernel(probe_args a, int tiles) {
+    constexpr int kWarps = kRowsThreads / 32;
     __shared__ double contribution[VCATTN_MAX_PROBE_ROWS];
+    __shared__ double term_l[kWarps][32], term_q[kWarps][32];
     const int64_t head = blockIdx.x;
-    __shared__ float ceiling_s[VCATTN_MAX_PROBE_ROWS];
-    __shared__ double inv_l2_s[VCATTN_MAX_PROBE_ROWS];
-    for (int s = threadIdx.x; s < a.rows; s += blockDim.x) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int s = warp; s < a.rows; s += kWarps) {
         const int64_t row = (head * a.rows + s) * tiles;
         float c = -INFINITY;
-        for (int t = 0; t < tiles; t++) c = fmaxf(c, a.tile_ceiling[row + t]);
+        for (int t = lane; t < tiles; t += 32) c = fmaxf(c, a.tile_ceiling[row + t]);
+        c = warp_max(c);  // a zero's sign may differ from the CPU's: the shifts cannot
         double l = 0.0, q2 = 0.0;
-        for (int t = 0; t < tiles; t++) {
-            const int shift = vsmooth_probe_shift(a.tile_ceiling[row + t], c);
-            l += ldexp(a.tile_sum[row + t], shift);
-            q2 += ldexp(a.tile_sq[row + t], 2 * shift);
+        for (int t0 = 0; t0 < tiles; t0 += 32) {
+            if (t0 + lane < tiles) {
+                const int shift = vsmooth_probe_shift(a.tile_ceiling[row + t0 + lane], c);
+                term_l[warp][lane] = ldexp(a.tile_sum[row + t0 + lane], shift);
+                term_q[warp][lane] = ldexp(a.tile_sq[row + t0 + lane], 2 * shift);
+            }
+            __syncwarp();
+            if (lane == 0) {
+                const int n = min(32, tiles - t0);
+                if (n == 32) {  // unrolled: the loads issued ahead of the additions
+#pragma unroll
+                    for (int i = 0; i < 32; i++) {
+                        l += term_l[warp][i];
+                        q2 += term_q[warp][i];
+                    }
+                } else {
+                    for (int i = 0; i < n; i++) {
+                        l += term_l[warp][i];
+                        q2 += term_q[warp][i];
+                    }
+                }
+            }
+            __syncwarp();
         }
-        const double inv_l2 = 1.0 / (l * l);
-        ceiling_s[s] = c;
-        inv_l2_s[s] = inv_l2;
-        contribution[s] = q2 * inv_l2;
+        const double inv_l2 = __shfl_sync(0xffffffffu, 1.0 / (l * l), 0);
+        if (lane == 0) contribution[s] = q2 * inv_l2;
+        for (int t = lane; t < tiles; t += 32)
+            a.tile_factor[row + t] = ldexp(inv_l2, 2 * vsmooth_probe_shift(a.tile_ceiling[row + t], c));
     }
     __syncthreads();
-    for (int64_t at = threadIdx.x; at < (int64_t)a.rows * tiles; at += blockDim.x) {  // coalesced
-        const int s = (int)(at / tiles);
-        const int64_t row = head * a.rows * (int64_t)tiles;
-        a.tile_factor[row + at] = ldexp(inv_l2_s[s], 2 * vsmooth_probe_shift(a.tile_ceiling[row + at], ceiling_s[s]));
-    }
     if (threadIdx.x == 0) {
         double mean = 0.0;
         for (int s = 0; s < a.rows; s++) mean += contribution[s];
@@ -231,6 +251,6 @@ cudaError_t attention_probe(const probe_args &a, int head_dim, cudaStream_t stre
                             : head_dim == 64 ? launch_probe_tiles<64>(a, grid, stream)
                                              : cudaErrorInvalidValue;
     if (err != cudaSuccess) return err;
-    probe_rows_kernel<<<a.batch * a.heads_kv, kThreads, 0, stream>>>(a, tiles);
+    probe_rows_kernel<<<a.batch * a.heads_kv, kRowsThreads, 0, stream>>>(a, tiles);
     return cudaGetLastError();
 }

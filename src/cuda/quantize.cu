@@ -11,6 +11,7 @@
 #include "../vsmooth/vsmooth.h"
 
 #include <cuda_fp16.h>
+#include <cuda_pipeline.h>
 #include <float.h>
 
 namespace {
@@ -475,30 +476,48 @@ struct v_args {
     probe_args probe;      // the attention probe's outputs when probe.rows > 0
 };
 
-// The weights of tile `tile`'s tokens in its centre from the attention
-// probe's codes and factors (vsmooth.h), staged 64 probe rows at a time:
-// two threads per token, one for the even rows and one for the odd, each
-// summing in s order, as the CPU. Every thread of the block calls it (it
-// synchronizes); 256 threads.
-__device__ void probe_weights(const probe_args &p, int64_t head, int tile, int tiles, int count, double *weight) {
-    constexpr int kRows = 64;
-    __shared__ alignas(16) uint8_t codes_s[kRows * VC_KV_ROWS];
-    __shared__ double factor_s[kRows], odd_s[VC_KV_ROWS];
+// The attention probe's code bytes of 64 probe rows for one tile, and their
+// factors, copied into shared memory asynchronously, so that the first batch
+// is in flight while the block loads V's tile.
+constexpr int kProbeBatch = 64;
+struct probe_batch {
+    alignas(16) uint8_t codes[kProbeBatch * VC_KV_ROWS];
+    double factor[kProbeBatch];
+};
+
+__device__ void probe_fetch(const probe_args &p, int64_t head, int tile, int tiles, int base, probe_batch &s) {
+    const int here = min(kProbeBatch, p.rows - base);
+    const uint8_t *src = p.codes + ((head * tiles + tile) * (int64_t)p.rows + base) * VC_KV_ROWS;
+    for (int c = threadIdx.x; c < here * VC_KV_ROWS / 16; c += blockDim.x)
+        __pipeline_memcpy_async(s.codes + 16 * c, src + 16 * c, 16);
+    if (threadIdx.x < here)
+        __pipeline_memcpy_async(&s.factor[threadIdx.x], &p.tile_factor[(head * p.rows + base + threadIdx.x) * tiles + tile],
+                                sizeof(double));
+    __pipeline_commit();
+}
+
+// The weights of tile `tile`'s tokens in its centre from the probe's codes
+// and factors (vsmooth.h), the first batch fetched by the caller: two threads
+// per token, one for the even rows and one for the odd, each summing in s
+// order, as the CPU. Every thread of the block calls it (it synchronizes);
+// 256 threads.
+__device__ void probe_weights(const probe_args &p, int64_t head, int tile, int tiles, int count, probe_batch &s,
+                              double *weight) {
+    __shared__ double odd_s[VC_KV_ROWS];
     const int r = threadIdx.x & (VC_KV_ROWS - 1), parity = threadIdx.x >> 7;
     double half = 0.0;
-    for (int base = 0; base < p.rows; base += kRows) {
-        const int here = min(kRows, p.rows - base);
-        __syncthreads();  // the previous rows are read
-        const uint4 *src = reinterpret_cast<const uint4 *>(
-            p.codes + ((head * tiles + tile) * (int64_t)p.rows + base) * VC_KV_ROWS);
-        for (int c = threadIdx.x; c < here * VC_KV_ROWS / 16; c += blockDim.x)
-            reinterpret_cast<uint4 *>(codes_s)[c] = src[c];
-        if (threadIdx.x < here) factor_s[threadIdx.x] = p.tile_factor[(head * p.rows + base + threadIdx.x) * tiles + tile];
+    for (int base = 0; base < p.rows; base += kProbeBatch) {
+        if (base > 0) {
+            __syncthreads();  // the previous rows are read
+            probe_fetch(p, head, tile, tiles, base, s);
+        }
+        __pipeline_wait_prior(0);
         __syncthreads();
-        if (r < count)  // base is even: row base + s has the parity of s
-            for (int s = parity; s < here; s += 2) {
-                const double e = vcattn_e4m3_decode(codes_s[s * VC_KV_ROWS + r]);
-                half += e * e * factor_s[s];
+        const int here = min(kProbeBatch, p.rows - base);
+        if (r < count)  // base is even: row base + i has the parity of i
+            for (int i = parity; i < here; i += 2) {
+                const double e = vcattn_e4m3_decode(s.codes[i * VC_KV_ROWS + r]);
+                half += e * e * s.factor[i];
             }
     }
     if (parity) odd_s[r] = half;
@@ -523,12 +542,14 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     const int64_t head = (int64_t)b * a.c.heads + h;
     const int n0 = tile * VC_KV_ROWS, count = min(VC_KV_ROWS, a.c.tokens - n0);
     const bool weighted = a.demean && a.probe.rows > 0;
-    if (weighted) probe_weights(a.probe, head, tile, gridDim.x, count, weight_s);
+    __shared__ probe_batch batch_s;
+    if (weighted) probe_fetch(a.probe, head, tile, gridDim.x, 0, batch_s);
     smem_tile<kHalf> rows(tile_smem, d, a.v.dtype);
     // four chunks a thread in flight (one at a time, this pass waited on each
     // load); the codes' pass, whose reads mostly hit L2, was slower that way
     // (more registers, fewer blocks) and keeps one
     rows.template load<4>(a.v, a.c, b, h, a.perm, n0, count);
+    if (weighted) probe_weights(a.probe, head, tile, gridDim.x, count, batch_s, weight_s);
     __syncthreads();
     for (int ch = threadIdx.x; ch < d; ch += kRowThreads) {
         double s = 0.0, total = (double)count;
