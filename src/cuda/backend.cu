@@ -392,8 +392,8 @@ struct scratch {
     float *qmean;
     int32_t *init_rows;
     float *tile_hi, *tile_lo, *chan_inv, *chan_pre;
-    kmeans_workspace kw;
-    principal_workspace pw;
+    kmeans_workspace kmeans_ws;
+    principal_workspace principal_ws;
     probe_args probe;
 };
 
@@ -409,18 +409,18 @@ void lay_out_workspace(carver &w, const vcattn_config *cfg, const call_shape &c,
     x->partials = w.take<double>(k_channel_mean_partials((int)c.B, (int)c.Hkv, (int)Nk, (int)D));
     op->new_perm = regroup || principal ? w.take<int32_t>(kvh * Nk) : nullptr;
     op->perm = op->new_perm;
-    x->kw = {};
+    x->kmeans_ws = {};
     x->init_rows = nullptr;
     op->centroids = nullptr;
     if (regroup) {
         const size_t chunks = kmeans_chunks((int)Nk);
         op->centroids = w.take<float>(kvh * k * D);
-        x->kw.norms = w.take<float>(kvh * k);
-        x->kw.labels = w.take<int32_t>(kvh * Nk);
-        x->kw.sums = w.take<double>(kvh * chunks * k * D);
-        x->kw.counts = w.take<int32_t>(kvh * chunks * k);
+        x->kmeans_ws.norms = w.take<float>(kvh * k);
+        x->kmeans_ws.labels = w.take<int32_t>(kvh * Nk);
+        x->kmeans_ws.sums = w.take<double>(kvh * chunks * k * D);
+        x->kmeans_ws.counts = w.take<int32_t>(kvh * chunks * k);
         x->init_rows = w.take<int32_t>(kvh * k);
-        x->kw.amax = w.take<float>(kvh);
+        x->kmeans_ws.amax = w.take<float>(kvh);
     }
     op->q_codes = w.take<int8_t>(qh * QT * VC_Q_ROWS * D);
     op->q_mul = w.take<float>(qh * QT * VC_Q_ROWS);
@@ -441,20 +441,20 @@ void lay_out_workspace(carver &w, const vcattn_config *cfg, const call_shape &c,
     x->qmean = qsmooth ? w.take<float>(qh * D) : nullptr;
     x->qpartials = qsmooth ? w.take<double>(k_channel_mean_partials((int)c.B, (int)c.Hq, (int)Nq, (int)D)) : nullptr;
     op->key_bias = qsmooth ? w.take<float>(qh * T * VC_KV_ROWS) : nullptr;
-    x->pw = {};
+    x->principal_ws = {};
     if (principal) {
         const size_t splits = (size_t)principal_splits((int)kvh, (int)Nk);
-        x->pw.mean_partials = w.take<double>(kvh * splits * D);
-        x->pw.gram_partials = w.take<float>(kvh * splits * D * D);
-        x->pw.mu = w.take<float>(kvh * D);
-        x->pw.u = w.take<float>(kvh * D);
-        x->pw.amax = w.take<float>(kvh);
-        x->pw.scale = w.take<float>(kvh);
-        x->pw.keys = w.take<uint64_t>(kvh * Nk);  // room for 64-bit keys
-        x->pw.keys_sorted = w.take<uint64_t>(kvh * Nk);
-        x->pw.index = w.take<int32_t>(kvh * Nk);
-        x->pw.sort_bytes = principal_sort_bytes((int)kvh, (int)Nk);
-        x->pw.sort_temp = w.take<uint8_t>(x->pw.sort_bytes);
+        x->principal_ws.mean_partials = w.take<double>(kvh * splits * D);
+        x->principal_ws.gram_partials = w.take<float>(kvh * splits * D * D);
+        x->principal_ws.mu = w.take<float>(kvh * D);
+        x->principal_ws.u = w.take<float>(kvh * D);
+        x->principal_ws.amax = w.take<float>(kvh);
+        x->principal_ws.scale = w.take<float>(kvh);
+        x->principal_ws.keys = w.take<uint64_t>(kvh * Nk);  // room for 64-bit keys
+        x->principal_ws.keys_sorted = w.take<uint64_t>(kvh * Nk);
+        x->principal_ws.index = w.take<int32_t>(kvh * Nk);
+        x->principal_ws.sort_bytes = principal_sort_bytes((int)kvh, (int)Nk);
+        x->principal_ws.sort_temp = w.take<uint8_t>(x->principal_ws.sort_bytes);
     }
     x->probe = {};
     if (S) {
@@ -475,7 +475,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
                                vcattn_new_grouping *made) {
     const size_t kvh = (size_t)(c.B * c.Hkv), D = (size_t)c.D, k = (size_t)c.clusters;
     const size_t Nk = (size_t)c.Nk, Nq = (size_t)c.Nq, QT = (size_t)c.QT;
-    const int rg = c.regroup, qs = cfg->q_smoothing, pr = c.plan == VCATTN_GROUP_PRINCIPAL;
+    const int regroup = c.regroup, q_smoothing = cfg->q_smoothing, principal = c.plan == VCATTN_GROUP_PRINCIPAL;
     const size_t S = c.grouped ? (size_t)cfg->vsmooth_probe_rows : 0;  // the attention probe's rows
     scratch x;
     carver measure = {nullptr};
@@ -488,22 +488,22 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     double *partials = x.partials, *qpartials = x.qpartials;
     float *qmean = x.qmean, *tile_hi = x.tile_hi, *tile_lo = x.tile_lo, *chan_inv = x.chan_inv, *chan_pre = x.chan_pre;
     int32_t *init_rows = x.init_rows;
-    kmeans_workspace &kw = x.kw;
-    principal_workspace &pw = x.pw;
+    kmeans_workspace &kmeans_ws = x.kmeans_ws;
+    principal_workspace &principal_ws = x.principal_ws;
     probe_args &probe = x.probe;
     if ((err = cudaMemsetAsync(op->flag, 0, 8 * sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
 
     const float sm_scale = c.sm_scale;
     const float hadamard_scale = 1.0f / sqrtf((float)D);
-    const quant_common ck = {(int)c.B, (int)c.Hkv, (int)Nk, (int)D, cfg->check_finite, op->flag};
-    const quant_common cq = {(int)c.B, (int)c.Hq, (int)Nq, (int)D, cfg->check_finite, op->flag};
+    const quant_common kv_rows = {(int)c.B, (int)c.Hkv, (int)Nk, (int)D, cfg->check_finite, op->flag};
+    const quant_common q_rows = {(int)c.B, (int)c.Hq, (int)Nq, (int)D, cfg->check_finite, op->flag};
 
     if (c.plan == VCATTN_GROUP_REUSE) {
         if (!(op->perm = layer_device_perm(layer, kvh * Nk, device, cs.stream, made, &err)))
             return cs.cuda_fail(err, "permutation upload");
-    } else if (pr) {
-        if ((err = principal_order(in.v, ck, pw, op->new_perm, cs.stream))) return cs.cuda_fail(err, "principal order");
-    } else if (rg) {
+    } else if (principal) {
+        if ((err = principal_order(in.v, kv_rows, principal_ws, op->new_perm, cs.stream))) return cs.cuda_fail(err, "principal order");
+    } else if (regroup) {
         if (c.plan == VCATTN_GROUP_WARM) {
             err = cudaMemcpyAsync(op->centroids, layer->centroids, kvh * k * D * 4, cudaMemcpyHostToDevice, cs.stream);
         } else {
@@ -513,12 +513,12 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
             err = cudaMemcpyAsync(init_rows, rows, kvh * k * 4, cudaMemcpyHostToDevice, cs.stream);
             if (err == cudaSuccess) err = cudaStreamSynchronize(cs.stream);  // rows is pageable and freed now
             free(rows);
-            if (err == cudaSuccess) err = kmeans_gather_rows(in.v, ck, c.clusters, init_rows, op->centroids, cs.stream);
+            if (err == cudaSuccess) err = kmeans_gather_rows(in.v, kv_rows, c.clusters, init_rows, op->centroids, cs.stream);
         }
         if (err == cudaSuccess)
-            err = kmeans_group(in.v, ck, c.clusters,
+            err = kmeans_group(in.v, kv_rows, c.clusters,
                                c.plan == VCATTN_GROUP_WARM ? cfg->kmeans_warm_iters : cfg->kmeans_iters,
-                               op->centroids, kw, op->new_perm, cs.stream);
+                               op->centroids, kmeans_ws, op->new_perm, cs.stream);
         if (err != cudaSuccess) return cs.cuda_fail(err, "k-means");
     }
 
@@ -526,25 +526,25 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     // side stream beside K's and Q's (each alone leaves SMs idle at short
     // sequences); the call's stream waits for them before the attention.
     auto values = [&](const probe_args *weights, cudaStream_t stream) {
-        return quantize_v(in.v, ck, op->perm, c.grouped, cfg->sink_guard, op->out_max, weights, op->tile_mean,
+        return quantize_v(in.v, kv_rows, op->perm, c.grouped, cfg->sink_guard, op->out_max, weights, op->tile_mean,
                           tile_hi, tile_lo, chan_inv, op->chan_mul, chan_pre, op->chan_pow2, op->v_records,
                           op->v_mean_images, stream);
     };
     side_branch beside(cs, S == 0);
     if (beside.stream != cs.stream && (err = values(nullptr, beside.stream)))
         return cs.cuda_fail(err, "quantization");
-    if (cfg->k_smoothing && (err = k_channel_mean(in.k, in.krope, ck, partials, op->kmean, cs.stream)))
+    if (cfg->k_smoothing && (err = k_channel_mean(in.k, in.krope, kv_rows, partials, op->kmean, cs.stream)))
         return cs.cuda_fail(err, "K channel mean");
     const float *mean = cfg->k_smoothing ? op->kmean : nullptr;
-    if (qs && (err = k_channel_mean(in.q, in.qrope, cq, qpartials, qmean, cs.stream)))
+    if (q_smoothing && (err = k_channel_mean(in.q, in.qrope, q_rows, qpartials, qmean, cs.stream)))
         return cs.cuda_fail(err, "Q channel mean");
-    const q_smoothing_args qsa = {qmean, (int)(c.Hq / c.Hkv), sm_scale * VCATTN_LOG2E, op->key_bias};
-    if ((err = quantize_k(in.k, in.krope, ck, op->perm, mean, cfg->hadamard, hadamard_scale, op->k_codes,
-                          op->k_mul, max_norm + 1, qsa, cs.stream)) ||
-        (err = quantize_q(in.q, in.qrope, cq, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
+    const q_smoothing_args q_smooth_args = {qmean, (int)(c.Hq / c.Hkv), sm_scale * VCATTN_LOG2E, op->key_bias};
+    if ((err = quantize_k(in.k, in.krope, kv_rows, op->perm, mean, cfg->hadamard, hadamard_scale, op->k_codes,
+                          op->k_mul, max_norm + 1, q_smooth_args, cs.stream)) ||
+        (err = quantize_q(in.q, in.qrope, q_rows, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
                           op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, max_norm,
                           qmean, cs.stream)) ||
-        (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * VCATTN_LOG2E, cfg->hadamard, ck, cs.stream))))
+        (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * VCATTN_LOG2E, cfg->hadamard, kv_rows, cs.stream))))
         return cs.cuda_fail(err, "quantization");
     if (S) {  // V's block centres weighted by the attention the probe rows give each token
         probe.q_codes = op->q_codes; probe.q_mul = op->q_mul;
