@@ -15,6 +15,10 @@ from . import _core, _torch_op
 # (the counter is Python state, which a traced path must not write).
 routes = collections.Counter()
 
+# torch's own SDPA, whatever F.scaled_dot_product_attention has been set to:
+# a user who sets it to vcattn.sdpa must not send the fallbacks back here.
+torch_sdpa = torch._C._nn.scaled_dot_product_attention
+
 
 def _why_not(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
     """The reason a call goes to torch SDPA, or None (from metadata alone)."""
@@ -63,9 +67,8 @@ def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask:
     if why is not None:
         if not compiling:
             routes["sdpa:" + why] += 1
-        return torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
-            enable_gqa=enable_gqa)
+        return torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                          scale=scale, enable_gqa=enable_gqa)
     if not compiling:
         routes["vcattn"] += 1
     out, _ = _torch_op.attention(query, key, value, "HND", scale, method, None, False, {})

@@ -56,6 +56,7 @@ from typing import Optional
 import torch
 
 from . import _core, _torch_op
+from ._sdpa import torch_sdpa
 
 NAME = "vcattn"           # the drop-in backend's name in diffusers
 _MEMBER = "VCATTN"        # its AttentionBackendName member
@@ -297,7 +298,7 @@ def _masked(call, q, k, v, key_mask, scale, cos, sin):
                                   "on SDPA; further such calls do too")
         if cos is not None:
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        out = torch.nn.functional.scaled_dot_product_attention(
+        out = torch_sdpa(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=key_mask[:, None, None, :],
             scale=scale, enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2).contiguous()
         # no LSE here: a call that asks for one never brings a mask to the op (it is routed to SDPA first)
