@@ -250,16 +250,22 @@ if torch is not None:
     mask = torch.rand(300, 300) > 0.3
     gq = sq.clone().requires_grad_()
     for label, args, kwargs in (("mask", (sq, sk, sv), dict(attn_mask=mask)), ("causal", (sq, sk, sv), dict(is_causal=True)),
-                                ("3-D", (sq[0], sk[0], sv[0]), {}), ("head dim 12", (sq[..., :12], sk[..., :12], sv[..., :12]), {}),
+                                ("2-D", (sq[0, 0], sk[0, 0], sv[0, 0]), {}),
+                                ("head dim 12", (sq[..., :12], sk[..., :12], sv[..., :12]), {}),
                                 ("float64", (sq.double(), sk.double(), sv.double()), {})):
         check(torch.equal(vcattn.sdpa(*args, **kwargs), F.scaled_dot_product_attention(*args, **kwargs)),
               "sdpa, %s: not torch SDPA's result" % label)
+    # SDPA's other ranks: [N, L, E] as N single-head calls, [..., H, L, E] with the batch dims flattened
+    check(torch.equal(vcattn.sdpa(sq[0], sk[0], sv[0]), vcattn.attention(sq[0, :, None], sk[0, :, None],
+                                                                          sv[0, :, None])[:, 0]), "sdpa, 3-D")
+    five = [t.reshape(2, 2, 2, 300, 64) for t in (sq, sk, sv)]
+    check(torch.equal(vcattn.sdpa(*five), vcattn.attention(sq, sk, sv).reshape(2, 2, 2, 300, 64)), "sdpa, 5-D")
     out_g = vcattn.sdpa(gq, sk, sv)
     check(out_g.requires_grad and torch.equal(out_g, F.scaled_dot_product_attention(gq, sk, sv)),
           "sdpa with grad: not torch SDPA's (differentiable) result")
     raises(RuntimeError, lambda: vcattn.sdpa(sq, sk[:, :2], sv[:, :2]), "", "sdpa: GQA heads without enable_gqa (SDPA's error)")
     got = {key: vcattn.sdpa_routes[key] - routes0.get(key, 0) for key in vcattn.sdpa_routes}
-    check(got.get("vcattn") == 2 and got.get("sdpa:mask") == 1 and got.get("sdpa:causal") == 1 and
+    check(got.get("vcattn") == 4 and got.get("sdpa:mask") == 1 and got.get("sdpa:causal") == 1 and
           got.get("sdpa:grad") == 1 and got.get("sdpa:rank") == 1, "sdpa routes counted: %s" % got)
     compiled = torch.compile(lambda a, b, c: vcattn.sdpa(a, b, c) + 1, fullgraph=True, backend="aot_eager")
     check(torch.equal(compiled(sq, sk, sv), vcattn.attention(sq, sk, sv) + 1), "sdpa under torch.compile(fullgraph=True)")

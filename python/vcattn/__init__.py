@@ -26,10 +26,10 @@ def sdpa(query: ArrayT, key: ArrayT, value: ArrayT, attn_mask: Optional[Any] = N
          method: str = "vc") -> ArrayT:
     """torch.nn.functional.scaled_dot_product_attention's signature and
     semantics: vcattn where it can run the call, torch SDPA where it cannot
-    (masks, causal, dropout, grad, other ranks, dtypes, devices or head dims)
-    or where SDPA is faster (CUDA calls under vcattn.SDPA_BELOW_KEYS keys
-    per head: vcattn.set_sdpa_below_keys); vcattn.sdpa_routes counts which
-    ran (eager calls)."""
+    (masks, causal, dropout, grad, 2-D or broadcast batch dims, dtypes,
+    devices or head dims) or where SDPA is faster (CUDA calls under
+    vcattn.SDPA_BELOW_KEYS keys per head: vcattn.set_sdpa_below_keys);
+    vcattn.sdpa_routes counts which ran (eager calls)."""
     from ._sdpa import sdpa as impl
     return impl(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, method=method)
 

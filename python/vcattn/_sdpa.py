@@ -2,8 +2,9 @@
 and semantics, running vcattn where it can and torch SDPA where it cannot.
 Code that calls (or patches) F.scaled_dot_product_attention keeps working
 unchanged: masks, causal calls, dropout, training (inputs that require
-grad), tensors that are not 4-D, head dims the GPU kernels lack and devices
-other than CPU and CUDA all get torch SDPA's exact result."""
+grad), 2-D tensors and batch dims to broadcast, head dims the GPU kernels
+lack and devices other than CPU and CUDA all get torch SDPA's exact result;
+3-D and 5-D (or more) calls run on vcattn like 4-D ones."""
 import collections
 from typing import Optional
 
@@ -20,6 +21,14 @@ routes = collections.Counter()
 torch_sdpa = torch._C._nn.scaled_dot_product_attention
 
 
+def _as_4d(t):
+    """[..., H, L, E] as [B, H, L, E]: the batch dims flattened into one (one
+    head for a 3-D tensor), a view where the strides allow it."""
+    if t.dim() == 3:
+        return t.unsqueeze(1)
+    return t if t.dim() == 4 else t.reshape(-1, *t.shape[-3:])
+
+
 def _why_not(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
     """The reason a call goes to torch SDPA, or None (from metadata alone)."""
     if attn_mask is not None:
@@ -30,12 +39,14 @@ def _why_not(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         return "dropout"
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
         return "grad"
-    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
-        return "rank"
+    if not (query.dim() == key.dim() == value.dim() >= 3) or \
+            not (query.shape[:-3] == key.shape[:-3] == value.shape[:-3]):
+        return "rank"  # SDPA's 2-D calls and broadcast batch dims
     if not (query.device == key.device == value.device) or query.device.type not in ("cpu", "cuda"):
         return "device"
     if not (query.dtype == key.dtype == value.dtype) or query.dtype not in _torch_op._DTYPES:
         return "dtype"
+    query, key, value = (_as_4d(t) for t in (query, key, value))
     d = query.shape[-1]
     if key.shape[-1] != d or value.shape[-1] != d or key.shape[2] != value.shape[2] or \
             query.shape[0] != key.shape[0] or key.shape[:2] != value.shape[:2]:
@@ -71,5 +82,5 @@ def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask:
                           scale=scale, enable_gqa=enable_gqa)
     if not compiling:
         routes["vcattn"] += 1
-    out, _ = _torch_op.attention(query, key, value, "HND", scale, method, None, False, {})
-    return out
+    out, _ = _torch_op.attention(_as_4d(query), _as_4d(key), _as_4d(value), "HND", scale, method, None, False, {})
+    return out.reshape(*query.shape[:-1], out.shape[-1])
