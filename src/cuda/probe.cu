@@ -33,7 +33,7 @@ __device__ __forceinline__ float ordered_float(int key) { return __int_as_float(
 // pass's probe rows, INT8, each as D/16 slabs of 16 channels ([slab][row][16]:
 // every 16 x 16 fragment is 256 contiguous bytes, as the tensor cores'
 // fragment loads want them aligned); the pass's integer scores take the
-// rows' place once the products are done (4 blocks an SM at D 128, not 3).
+// rows' place once the products are done (54.7 KB at D 128).
 template <int D> struct probe_smem {
     static constexpr int kKeys = VC_KV_ROWS * D, kRows = kRowsPerPass * D, kScoreLd = VC_KV_ROWS + 4;
     static constexpr int kScores = kRowsPerPass * kScoreLd * 4;
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, 3) probe_tile_kernel(probe_args a) {
     for (int i = 0; i < 4; i++) kmul[i] = a.k_mul[(head * tiles + tile) * 4 + i];
 
     for (int base = 0; base < a.rows; base += kRowsPerPass) {
-        __syncthreads();  // the previous pass is done with rows[] and ceiling[]
+        __syncthreads();  // the previous pass is done with rows[] and its scores
         for (int c = threadIdx.x; c < kRowsPerPass * D / 16; c += kThreads) {
             const int r = c / (D / 16), col = (c % (D / 16)) * 16, s = base + r;
             uint4 v = make_uint4(0, 0, 0, 0);
