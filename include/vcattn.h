@@ -166,6 +166,7 @@ typedef enum {
 #define VCATTN_MAX_THREADS 1024
 #define VCATTN_MAX_PROBE_ROWS 256
 #define VCATTN_PROBE_ROWS 64           /* the "+probe" suffix's rows (docs/fidelity.md) */
+#define VCATTN_MAX_ORDER_ROWS 4096
 
 typedef struct {
     /* score path */
@@ -234,6 +235,14 @@ typedef struct {
      * [0, VCATTN_MAX_PROBE_ROWS], 0 = the plain block mean (the paper),
      * default 0, VCATTN_PROBE_ROWS in "vsmooth-4bit" (docs/fidelity.md) */
     int vsmooth_probe_rows;
+    /* value path, V-Smooth's token order at a grouping step (a layer state
+     * at a cold or warm plan): each key head takes the k-means order or the
+     * principal direction's (the drop-in call's), whichever gives the
+     * smaller squared error of the quantized output against exact attention
+     * on this many sampled query rows of its query heads (the probe's rows).
+     * In [0, VCATTN_MAX_ORDER_ROWS], 0 = k-means for every head (the paper),
+     * default 0. CPU backend only for now (docs/fidelity.md) */
+    int vsmooth_order_rows;
 } vcattn_config;
 
 /* The largest |score| (log2 units: q.k * sm_scale * log2(e)) a checked call
@@ -262,8 +271,8 @@ VCATTN_API size_t vcattn_config_size(void);
  * it costs the vc kernel 16-17%, so no preset has it by default), then, for
  * the V-Smooth methods, a "+probe" suffix (e.g. "vc+probe") sets
  * vsmooth_probe_rows to VCATTN_PROBE_ROWS (more faithful on sharp
- * attention; 2.2% slower at Wan2.2 on the H100 for now; "vsmooth-4bit" has
- * it already). Names
+ * attention; about 1% slower at Wan2.2 and 2-3% at LongCat on the H100
+ * for now; "vsmooth-4bit" has it already). Names
  * match whatever the case of their letters ("VC+Hadamard").
  * Returns VCATTN_ERR_UNKNOWN_NAME for anything else.
  */

@@ -193,6 +193,9 @@ static void test_bad_inputs(vcattn_context *ctx) {
     c = good_call(); c.cfg.vsmooth_probe_rows = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "vsmooth_probe_rows -1");
     c = good_call(); c.cfg.vsmooth_probe_rows = VCATTN_MAX_PROBE_ROWS + 1;
     expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "vsmooth_probe_rows past the maximum");
+    c = good_call(); c.cfg.vsmooth_order_rows = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "vsmooth_order_rows -1");
+    c = good_call(); c.cfg.vsmooth_order_rows = VCATTN_MAX_ORDER_ROWS + 1;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "vsmooth_order_rows past the maximum");
     c = good_call(); c.cfg.group_window = -0.5f; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "window < 0");
     c = good_call(); c.cfg.hadamard = 2; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "hadamard 2");
     c = good_call(); c.cfg.vsmooth = -1; expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "vsmooth -1");

@@ -561,6 +561,16 @@ static void run_bad_input(vcattn_context *gpu) {
     CHECK(st == VCATTN_ERR_UNSUPPORTED_CONFIG && strstr(vcattn_last_error(gpu), "sage2"),
           "NVFP4 on the GPU: status %d (%s)", st, vcattn_last_error(gpu));
 
+    /* The order chosen per head at a grouping step runs on the CPU only: refused, as a config. */
+    vcattn_layer *grouping;
+    vcattn_config chooser = cfg;
+    chooser.vsmooth_order_rows = 256;
+    CHECK(vcattn_layer_create(&grouping, 40) == VCATTN_OK, "layer");
+    st = vcattn_attention(gpu, &chooser, &in.q, &in.k, &in.v, &o.t, NULL, NULL, grouping);
+    CHECK(st == VCATTN_ERR_UNSUPPORTED_CONFIG && strstr(vcattn_last_error(gpu), "vsmooth_order_rows"),
+          "vsmooth_order_rows on the GPU: status %d (%s)", st, vcattn_last_error(gpu));
+    vcattn_layer_destroy(grouping);
+
     vcattn_tensor q96 = in.q, k96 = in.k, v96 = in.v, o96 = o.t;
     q96.head_dim = k96.head_dim = v96.head_dim = o96.head_dim = 96;
     st = vcattn_attention(gpu, &cfg, &q96, &k96, &v96, &o96, NULL, NULL, NULL);

@@ -178,6 +178,75 @@ static void captured_layer(vcattn_context *ctx, const captured_case *cc) {
     for (int i = 0; i < 3; i++) npy_free(&a[i]);
 }
 
+/* The token order chosen per key head at a grouping step
+ * (vsmooth_order_rows, 256 sampled rows, the probe's centres on 32 rows):
+ * every head's output is, bit for bit, the k-means step's or the drop-in
+ * call's (principal order) for that head; on each captured layer the call is
+ * no worse than either order alone (0.5% slack) nor than sage2; the same
+ * output with one thread as with two. */
+static void order_choice(vcattn_context *ctx, const char *layer) {
+    if (!tl_wanted(layer) && !tl_wanted("order choice")) return;
+    npy_array a[3] = {{0}};
+    vcattn_tensor t[3];
+    char path[256], err[256];
+    int ok = 1;
+    for (int i = 0; i < 3 && ok; i++) {
+        snprintf(path, sizeof path, "tests/data/%s-%c.npy", layer, "qkv"[i]);
+        ok = npy_read(path, 0, &a[i], err, sizeof err) == VCATTN_OK && a[i].ndim == 4;
+        CHECK(ok, "%s: %s", path, err);
+        if (ok)
+            t[i] = vcattn_tensor_bhnd(a[i].data, a[i].dtype, a[i].shape[0], a[i].shape[1], a[i].shape[2],
+                                      a[i].shape[3]);
+    }
+    if (ok) {
+        const int64_t heads = t[0].batch * t[0].heads, n = t[0].tokens, d = t[0].head_dim, rows = heads * n;
+        double *ref = malloc((size_t)(rows * d) * sizeof *ref);
+        float *out[4];
+        vcattn_reference_attention(&t[0], &t[1], &t[2], NULL, 0.0f, ref, NULL);
+        double rel[4];
+        static const char *const names[4] = {"k-means", "principal", "chosen", "sage2"};
+        for (int m = 0; m < 4; m++) {
+            out[m] = malloc((size_t)(rows * d) * sizeof(float));
+            vcattn_tensor to = vcattn_tensor_bhnd(out[m], VCATTN_DTYPE_F32, t[0].batch, t[0].heads, n, d);
+            vcattn_config c;
+            vcattn_config_from_method(m == 3 ? "sage2" : "vc", &c);
+            c.vsmooth_probe_rows = m == 3 ? 0 : 32;
+            c.vsmooth_order_rows = m == 2 ? 256 : 0;
+            vcattn_status st = m == 1 ? vcattn_attention(ctx, &c, &t[0], &t[1], &t[2], &to, NULL, NULL, NULL)
+                                      : grouped_attention(ctx, &c, &t[0], &t[1], &t[2], &to, NULL, NULL);
+            CHECK(st == VCATTN_OK, "%s on %s: %s", names[m], layer, vcattn_last_error(ctx));
+            vcattn_metrics met;
+            metrics_compute(out[m], ref, rows, d, &met);
+            rel[m] = met.rel_l2;
+        }
+        int principal_heads = 0, foreign = 0;
+        for (int64_t h = 0; h < heads; h++) {
+            const size_t off = (size_t)(h * n * d), bytes = (size_t)(n * d) * sizeof(float);
+            if (memcmp(out[2] + off, out[0] + off, bytes) == 0) continue;
+            if (memcmp(out[2] + off, out[1] + off, bytes) == 0) principal_heads++;
+            else foreign++;
+        }
+        CHECK(foreign == 0, "%s: %d heads of the chosen call are neither order's", layer, foreign);
+        CHECK(rel[2] <= 1.005 * rel[0] && rel[2] <= 1.005 * rel[1] && rel[2] <= rel[3],
+              "%s: chosen %.5f against k-means %.5f, principal %.5f, sage2 %.5f", layer, rel[2], rel[0], rel[1],
+              rel[3]);
+        vcattn_config c;
+        vcattn_config_from_method("vc", &c);
+        c.vsmooth_probe_rows = 32;
+        c.vsmooth_order_rows = 256;
+        c.num_threads = 1;
+        vcattn_tensor to = vcattn_tensor_bhnd(out[3], VCATTN_DTYPE_F32, t[0].batch, t[0].heads, n, d);
+        CHECK(grouped_attention(ctx, &c, &t[0], &t[1], &t[2], &to, NULL, NULL) == VCATTN_OK &&
+              memcmp(out[3], out[2], (size_t)(rows * d) * sizeof(float)) == 0,
+              "%s: the chosen orders depend on the thread count", layer);
+        printf("order choice %-20s %d of %lld heads principal; relative L2 k-means %.5f, principal %.5f, chosen %.5f, "
+               "sage2 %.5f\n", layer, principal_heads, (long long)heads, rel[0], rel[1], rel[2], rel[3]);
+        for (int m = 0; m < 4; m++) free(out[m]);
+        free(ref);
+    }
+    for (int i = 0; i < 3; i++) npy_free(&a[i]);
+}
+
 int main(int argc, char **argv) {
     tl_args(argc, argv);
     vcattn_workload w;
@@ -212,6 +281,7 @@ int main(int argc, char **argv) {
     if (vcattn_create(&ctx, VCATTN_BACKEND_CPU) != VCATTN_OK) return 1;
     for (size_t i = 0; i < sizeof ORDERINGS / sizeof ORDERINGS[0]; i++) method_ordering(ctx, &ORDERINGS[i]);
     for (size_t i = 0; i < sizeof CAPTURED / sizeof CAPTURED[0]; i++) captured_layer(ctx, &CAPTURED[i]);
+    for (size_t i = 0; i < sizeof CAPTURED / sizeof CAPTURED[0]; i++) order_choice(ctx, CAPTURED[i].layer);
     vcattn_destroy(ctx);
     return tl_finish("test_studies");
 }

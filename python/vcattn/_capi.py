@@ -51,7 +51,7 @@ class Config(ctypes.Structure):
                 ("demean_outside_window", ctypes.c_int), ("check_finite", ctypes.c_int),
                 ("num_threads", ctypes.c_int), ("q_smoothing", ctypes.c_int),
                 ("sink_guard", ctypes.c_float), ("expcast_min_keys", ctypes.c_int),
-                ("vsmooth_probe_rows", ctypes.c_int)]
+                ("vsmooth_probe_rows", ctypes.c_int), ("vsmooth_order_rows", ctypes.c_int)]
 
 
 def find_library():

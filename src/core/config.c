@@ -103,6 +103,10 @@ vcattn_status vcattn_config_check(const vcattn_config *c, int64_t d, char *why, 
         return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT,
                            "config: vsmooth_probe_rows must be in [0, %d] (0 = the plain block mean), got %d",
                            VCATTN_MAX_PROBE_ROWS, c->vsmooth_probe_rows);
+    if (c->vsmooth_order_rows < 0 || c->vsmooth_order_rows > VCATTN_MAX_ORDER_ROWS)
+        return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT,
+                           "config: vsmooth_order_rows must be in [0, %d] (0 = k-means for every head), got %d",
+                           VCATTN_MAX_ORDER_ROWS, c->vsmooth_order_rows);
     if (!(c->sink_guard >= 0.0f && c->sink_guard <= 1.0f))
         return config_fail(why, len, VCATTN_ERR_INVALID_ARGUMENT, "config: sink_guard must be in [0, 1]");
     if (!(c->group_window >= 0.0f && c->group_window <= 1.0f) || c->group_refresh < 1)

@@ -433,6 +433,119 @@ static void free_problem(problem *p) {
     free(p->kv); free(p->qh); free(p->out); free(p->lse);
 }
 
+/* Squared error of rows `rows` (sampled query rows of the query heads of key
+ * head g) of the quantized attention in p against exact attention in double
+ * from the inputs (q and k after RoPE). */
+static double sampled_error(const problem *p, const problem *alt, const vcattn_tensor *q, const vcattn_tensor *k,
+                            const vcattn_tensor *v, const vcattn_rope *rope, int64_t g, double *err_alt) {
+    const int64_t b = g / p->hkv, h = g % p->hkv, group = p->hq / p->hkv, n = p->nk, d = p->d;
+    const int rows = p->cfg->vsmooth_order_rows;
+    float *kx = load_rows(k, b, h, rope ? rope->k_cos : NULL, rope ? rope->k_sin : NULL,
+                          rope ? rope->style : VCATTN_ROPE_INTERLEAVED);
+    float *vx = load_rows(v, b, h, NULL, NULL, VCATTN_ROPE_INTERLEAVED);
+    double *e = malloc((size_t)n * sizeof *e);
+    float *got = malloc((size_t)d * 2 * sizeof *got);
+    double err = 0.0;
+    *err_alt = 0.0;
+    if (!kx || !vx || !e || !got) {
+        err = -1.0;
+        goto done;
+    }
+    for (int64_t hq = h * group; hq < (h + 1) * group; hq++) {
+        const int64_t gq = b * p->hq + hq;
+        float *qx = load_rows(q, b, hq, rope ? rope->q_cos : NULL, rope ? rope->q_sin : NULL,
+                              rope ? rope->style : VCATTN_ROPE_INTERLEAVED);
+        if (!qx) {
+            err = -1.0;
+            goto done;
+        }
+        for (int s = 0; s < rows; s++) {
+            const int64_t i = vsmooth_probe_row(s, p->nq);
+            double mx = -INFINITY, l = 0.0, ref[VCATTN_MAX_HEAD_DIM] = {0};
+            for (int64_t j = 0; j < n; j++) {
+                double dot = 0.0;
+                for (int64_t c = 0; c < d; c++) dot += (double)qx[i * d + c] * kx[j * d + c];
+                e[j] = dot * p->sm_scale;
+                mx = fmax(mx, e[j]);
+            }
+            for (int64_t j = 0; j < n; j++) {
+                e[j] = exp(e[j] - mx);
+                l += e[j];
+            }
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t c = 0; c < d; c++) ref[c] += e[j] / l * vx[j * d + c];
+            float lse;
+            attend_row(p, &p->qh[gq].q, &p->kv[g], i, got, &lse, p->qh[gq].lse_shift[i], p->qh[gq].key_bias);
+            attend_row(alt, &alt->qh[gq].q, &alt->kv[g], i, got + d, &lse, alt->qh[gq].lse_shift[i],
+                       alt->qh[gq].key_bias);
+            for (int64_t c = 0; c < d; c++) {
+                err += (got[c] - ref[c]) * (got[c] - ref[c]);
+                *err_alt += (got[d + c] - ref[c]) * (got[d + c] - ref[c]);
+            }
+        }
+        free(qx);
+    }
+done:
+    free(kx); free(vx); free(e); free(got);
+    return err;
+}
+
+/* vsmooth_order_rows at a grouping step: each key head keeps the k-means
+ * order of p or takes the principal direction's, whichever gives the
+ * smaller sampled_error, with its operands (the key head's and its query
+ * heads', whose Q smoothing terms follow the key order) and permutation. */
+static vcattn_status choose_orders(problem *p, const vcattn_tensor *q, const vcattn_tensor *k,
+                                   const vcattn_tensor *v, const vcattn_rope *rope, int32_t *perms, int threads) {
+    const int64_t nkv = p->batch * p->hkv, nqh = p->batch * p->hq, group = p->hq / p->hkv, n = p->nk;
+    problem alt = *p;
+    alt.kv = calloc((size_t)nkv, sizeof *alt.kv);
+    alt.qh = calloc((size_t)nqh, sizeof *alt.qh);
+    alt.out = NULL;
+    alt.lse = NULL;
+    int32_t *alt_perms = malloc((size_t)(nkv * n) * sizeof *alt_perms);
+    float no_centroids;  /* the principal order has none */
+    int failed = !alt.kv || !alt.qh || !alt_perms;
+    if (!failed) {
+        #pragma omp parallel for num_threads(threads) schedule(dynamic) reduction(| : failed)
+        for (int64_t g = 0; g < nkv; g++)
+            failed |= prepare_kv(&alt, k, v, rope, VCATTN_GROUP_PRINCIPAL, 0, NULL, &no_centroids, alt_perms, g) !=
+                      VCATTN_OK;
+        #pragma omp parallel for num_threads(threads) schedule(dynamic) reduction(| : failed)
+        for (int64_t g = 0; g < nqh; g++)
+            failed |= !failed && prepare_q(&alt, q, rope, g) != VCATTN_OK;
+    }
+    if (!failed && probes(p->cfg, VCATTN_GROUP_PRINCIPAL)) {
+        #pragma omp parallel for num_threads(threads) schedule(dynamic) reduction(| : failed)
+        for (int64_t g = 0; g < nkv; g++)
+            failed |= probe_and_quantize_values(&alt, g) != VCATTN_OK;
+    }
+    if (!failed) {
+        #pragma omp parallel for num_threads(threads) schedule(dynamic) reduction(| : failed)
+        for (int64_t g = 0; g < nkv; g++) {
+            double err_alt;
+            const double err = sampled_error(p, &alt, q, k, v, rope, g, &err_alt);
+            if (err < 0.0) {
+                failed |= 1;
+                continue;
+            }
+            if (!(err_alt < err)) continue;  /* ties keep k-means */
+            kv_head tk = p->kv[g];
+            p->kv[g] = alt.kv[g];
+            alt.kv[g] = tk;
+            for (int64_t gq = (g / p->hkv) * p->hq + (g % p->hkv) * group; gq < (g / p->hkv) * p->hq +
+                                                                                  (g % p->hkv + 1) * group; gq++) {
+                q_head tq = p->qh[gq];
+                p->qh[gq] = alt.qh[gq];
+                alt.qh[gq] = tq;
+            }
+            memcpy(perms + g * n, alt_perms + g * n, (size_t)n * sizeof *perms);
+        }
+    }
+    free(alt_perms);
+    free_problem(&alt);
+    return failed ? VCATTN_ERR_OUT_OF_MEMORY : VCATTN_OK;
+}
+
 vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
                             const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_tensor *out,
                             float *lse, const vcattn_rope *rope, vcattn_new_grouping *grouping) {
@@ -518,6 +631,11 @@ vcattn_status cpu_attention(vcattn_context *ctx, const vcattn_call *call, const 
                              bound, max_q, max_k, VCATTN_MAX_SCORE_LOG2);
             goto done;
         }
+    }
+
+    if (groups && cfg->vsmooth_order_rows > 0 && choose_orders(&p, q, k, v, rope, perms, threads)) {
+        st = vcattn_fail(ctx, VCATTN_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
+        goto done;
     }
 
     const int64_t qtiles = (p.nq + VCATTN_TILE - 1) / VCATTN_TILE;

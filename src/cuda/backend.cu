@@ -131,6 +131,10 @@ vcattn_status check_supported(vcattn_context *ctx, const vcattn_config *cfg, int
                            "cuda backend: the sm_90a kernel runs INT8 Q/K, FP8 P (cast or ExpCast) and "
                            "per-channel FP8 V (methods sage2, vsmooth, vc, each +hadamard); use the cpu "
                            "backend for the other formats");
+    if ((plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM) && cfg->vsmooth_order_rows > 0)
+        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
+                           "cuda backend: vsmooth_order_rows (the token order chosen per head at a grouping step) "
+                           "runs on the cpu backend only for now; set it to 0");
     if ((plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM) && clusters > 32)
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
                            "cuda backend: k-means runs with at most 32 clusters, got %d", clusters);

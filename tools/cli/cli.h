@@ -68,7 +68,8 @@ typedef struct {
     const char *methods[MAX_EVAL_METHODS];
     int n_methods;                       /* 0: the default list */
     /* switches on top of the method: -1 (floats: NAN) = as the method says */
-    int hadamard, k_smoothing, vsmooth, qk, p, v, clusters, iters, q_smoothing, expcast_min_keys, probe_rows;
+    int hadamard, k_smoothing, vsmooth, qk, p, v, clusters, iters, q_smoothing, expcast_min_keys, probe_rows,
+        order_rows;
     float beta, sm_scale, sink_guard;
 } options;
 

@@ -232,6 +232,7 @@ static int eval_method(const options *o, vcattn_context *ctx, vcattn_context *cp
     cfg.num_threads = o->threads;
     if (o->q_smoothing > 0) cfg.q_smoothing = 1;
     if (o->probe_rows >= 0) cfg.vsmooth_probe_rows = o->probe_rows;
+    if (o->order_rows >= 0) cfg.vsmooth_order_rows = o->order_rows;
     vcattn_context *used, *pv_used;
     cli_progress progress, cpu_progress;
     cli_progress_begin(&progress, ctx, method, o->progress);

@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     o.method = "vc";
     o.backend = VCATTN_BACKEND_AUTO;
     o.dtype = VCATTN_DTYPE_BF16;
-    o.hadamard = o.k_smoothing = o.vsmooth = o.qk = o.p = o.v = o.clusters = o.iters = o.expcast_min_keys = o.probe_rows = -1;
+    o.hadamard = o.k_smoothing = o.vsmooth = o.qk = o.p = o.v = o.clusters = o.iters = o.expcast_min_keys = o.probe_rows = o.order_rows = -1;
     o.beta = o.sm_scale = o.sink_guard = NAN;
     int rc = parse_options(argc, argv, &o);
     if (rc != PROCEED) return rc;

@@ -33,6 +33,9 @@ static const char USAGE_RUN[] =
     "  --q-smoothing   (Q channel mean out, per-key term back: docs/fidelity.md)\n"
     "  --probe-rows N  V-Smooth's block centres weighted by the attention of N\n"
     "                  sampled query rows (0 = the plain mean)\n"
+    "  --order-rows N  a grouping step takes, per key head, k-means or the\n"
+    "                  principal order by the output error on N sampled query\n"
+    "                  rows (0 = k-means; cpu backend)\n"
     "  --qk exact|int8|fp8|nvfp4\n"
     "  --p exact|bf16|fp8-cast|expcast|nvfp4\n"
     "  --v exact|fp8-channel|fp8-block|nvfp4   (also --v-format; any other --v\n"
@@ -87,6 +90,8 @@ static const char USAGE_EVAL[] =
     "  --q-smoothing             every method with Q smoothing\n"
     "  --probe-rows N            every method with V-Smooth's attention probe\n"
     "                            of N query rows\n"
+    "  --order-rows N            every method's grouping step choosing each key\n"
+    "                            head's order on N sampled rows (cpu backend)\n"
     "  --study NAME              instead of the table: orders (V error and energy\n"
     "                            share by token order), expcast (ExpCast row\n"
     "                            statistics against the bound), schedule (the\n"
@@ -224,7 +229,7 @@ typedef enum {
     OPT_SEED, OPT_METHOD, OPT_BACKEND, OPT_DTYPE, OPT_THREADS, OPT_OUT, OPT_HADAMARD,
     OPT_NO_HADAMARD, OPT_K_SMOOTHING, OPT_NO_K_SMOOTHING, OPT_VSMOOTH, OPT_NO_VSMOOTH, OPT_QK,
     OPT_P, OPT_CLUSTERS, OPT_ITERS, OPT_BETA, OPT_SM_SCALE, OPT_STUDY, OPT_METHODS, OPT_Q_SMOOTHING, OPT_SINK_GUARD, OPT_SIZE,
-    OPT_DRAWS, OPT_EXPCAST_MIN_KEYS, OPT_GROUPING, OPT_PROGRESS, OPT_PROBE_ROWS
+    OPT_DRAWS, OPT_EXPCAST_MIN_KEYS, OPT_GROUPING, OPT_PROGRESS, OPT_PROBE_ROWS, OPT_ORDER_ROWS
 } opt_id;
 
 typedef struct {
@@ -246,6 +251,7 @@ static const opt_spec OPTS[] = {
     {"--hadamard", OPT_HADAMARD, 0, 1}, {"--no-hadamard", OPT_NO_HADAMARD, 0, 1},
     {"--k-smoothing", OPT_K_SMOOTHING, 0, 1}, {"--no-k-smoothing", OPT_NO_K_SMOOTHING, 0, 1},
     {"--q-smoothing", OPT_Q_SMOOTHING, 0, 0}, {"--probe-rows", OPT_PROBE_ROWS, 1, 0},
+    {"--order-rows", OPT_ORDER_ROWS, 1, 0},
     {"--vsmooth", OPT_VSMOOTH, 0, 1}, {"--no-vsmooth", OPT_NO_VSMOOTH, 0, 1},
     {"--qk", OPT_QK, 1, 1},           {"--p", OPT_P, 1, 1},
     {"--clusters", OPT_CLUSTERS, 1, 1}, {"--iters", OPT_ITERS, 1, 1},
@@ -358,6 +364,7 @@ static int apply_method_option(options *o, int id, const char *a, const char *va
     case OPT_ITERS: rc = int_option(cmd, a, val, 1, VCATTN_MAX_KMEANS_ITERS, &o->iters); break;
     case OPT_EXPCAST_MIN_KEYS: rc = int_option(cmd, a, val, 0, INT_MAX, &o->expcast_min_keys); break;
     case OPT_PROBE_ROWS: rc = int_option(cmd, a, val, 0, VCATTN_MAX_PROBE_ROWS, &o->probe_rows); break;
+    case OPT_ORDER_ROWS: rc = int_option(cmd, a, val, 0, VCATTN_MAX_ORDER_ROWS, &o->order_rows); break;
     case OPT_SINK_GUARD:
         if (!parse_float(val, 0.0, 1.0, 0, &o->sink_guard))
             return usage_error(cmd, "--sink-guard: '%s' is not a number in [0, 1]", val);
@@ -493,6 +500,7 @@ vcattn_config build_config(const options *o) {
     if (o->iters >= 0) c.kmeans_iters = o->iters;
     if (o->expcast_min_keys >= 0) c.expcast_min_keys = o->expcast_min_keys;
     if (o->probe_rows >= 0) c.vsmooth_probe_rows = o->probe_rows;
+    if (o->order_rows >= 0) c.vsmooth_order_rows = o->order_rows;
     if (!isnan(o->beta)) c.expcast_beta = o->beta;
     if (!isnan(o->sink_guard)) c.sink_guard = o->sink_guard;
     if (!isnan(o->sm_scale)) c.sm_scale = o->sm_scale;
