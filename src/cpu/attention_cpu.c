@@ -433,9 +433,10 @@ static void free_problem(problem *p) {
     free(p->kv); free(p->qh); free(p->out); free(p->lse);
 }
 
-/* Squared error of rows `rows` (sampled query rows of the query heads of key
- * head g) of the quantized attention in p against exact attention in double
- * from the inputs (q and k after RoPE). */
+/* Over vsmooth_order_rows sampled query rows (the probe's rows) of each
+ * query head of key head g: the squared error of the quantized attention of
+ * p (returned) and of alt (*err_alt) against exact attention, in double from
+ * the inputs (q and k after RoPE); -1 when out of memory. */
 static double sampled_error(const problem *p, const problem *alt, const vcattn_tensor *q, const vcattn_tensor *k,
                             const vcattn_tensor *v, const vcattn_rope *rope, int64_t g, double *err_alt) {
     const int64_t b = g / p->hkv, h = g % p->hkv, group = p->hq / p->hkv, n = p->nk, d = p->d;
@@ -532,8 +533,8 @@ static vcattn_status choose_orders(problem *p, const vcattn_tensor *q, const vca
             kv_head tk = p->kv[g];
             p->kv[g] = alt.kv[g];
             alt.kv[g] = tk;
-            for (int64_t gq = (g / p->hkv) * p->hq + (g % p->hkv) * group; gq < (g / p->hkv) * p->hq +
-                                                                                  (g % p->hkv + 1) * group; gq++) {
+            const int64_t gq0 = (g / p->hkv) * p->hq + (g % p->hkv) * group;  /* its first query head */
+            for (int64_t gq = gq0; gq < gq0 + group; gq++) {
                 q_head tq = p->qh[gq];
                 p->qh[gq] = alt.qh[gq];
                 alt.qh[gq] = tq;
