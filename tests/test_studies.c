@@ -118,6 +118,20 @@ static const captured_case CAPTURED[] = {
     {"dino-rocket-224-l0", {0.01638, 0.02191, 0.02191, 0.02209, 0.01839, 0.01381, 0.01308, 0.12816, 0.11878, 0.12746}, 0, 1},
 };
 
+/* q, k, v of captured layer `layer` from tests/data as [B, H, N, D] views
+ * over a (npy_free them); 0 (and a failed check) if a file will not read. */
+static int read_captured(const char *layer, npy_array a[3], vcattn_tensor t[3]) {
+    char path[256], err[256];
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "tests/data/%s-%c.npy", layer, "qkv"[i]);
+        const int ok = npy_read(path, 0, &a[i], err, sizeof err) == VCATTN_OK && a[i].ndim == 4;
+        CHECK(ok, "%s: %s", path, err);
+        if (!ok) return 0;
+        t[i] = vcattn_tensor_bhnd(a[i].data, a[i].dtype, a[i].shape[0], a[i].shape[1], a[i].shape[2], a[i].shape[3]);
+    }
+    return 1;
+}
+
 static void captured_layer(vcattn_context *ctx, const captured_case *cc) {
     if (!tl_wanted(cc->layer)) return;
     static const char *const methods[CAPTURED_METHODS] = {
@@ -127,17 +141,7 @@ static void captured_layer(vcattn_context *ctx, const captured_case *cc) {
                                                           "sage3-4bit", "vsmooth-4bit", "vsmooth-4bit"};
     npy_array a[3] = {{0}};
     vcattn_tensor t[3];
-    char path[256], err[256];
-    int ok = 1;
-    for (int i = 0; i < 3 && ok; i++) {
-        snprintf(path, sizeof path, "tests/data/%s-%c.npy", cc->layer, "qkv"[i]);
-        ok = npy_read(path, 0, &a[i], err, sizeof err) == VCATTN_OK && a[i].ndim == 4;
-        CHECK(ok, "%s: %s", path, err);
-        if (ok)
-            t[i] = vcattn_tensor_bhnd(a[i].data, a[i].dtype, a[i].shape[0], a[i].shape[1], a[i].shape[2],
-                                      a[i].shape[3]);
-    }
-    if (ok) {
+    if (read_captured(cc->layer, a, t)) {
         const int64_t rows = t[0].batch * t[0].heads * t[0].tokens, d = t[0].head_dim;
         double *ref = malloc((size_t)(rows * d) * sizeof *ref);
         float *out = malloc((size_t)(rows * d) * sizeof *out);
@@ -188,17 +192,7 @@ static void order_choice(vcattn_context *ctx, const char *layer) {
     if (!tl_wanted(layer) && !tl_wanted("order choice")) return;
     npy_array a[3] = {{0}};
     vcattn_tensor t[3];
-    char path[256], err[256];
-    int ok = 1;
-    for (int i = 0; i < 3 && ok; i++) {
-        snprintf(path, sizeof path, "tests/data/%s-%c.npy", layer, "qkv"[i]);
-        ok = npy_read(path, 0, &a[i], err, sizeof err) == VCATTN_OK && a[i].ndim == 4;
-        CHECK(ok, "%s: %s", path, err);
-        if (ok)
-            t[i] = vcattn_tensor_bhnd(a[i].data, a[i].dtype, a[i].shape[0], a[i].shape[1], a[i].shape[2],
-                                      a[i].shape[3]);
-    }
-    if (ok) {
+    if (read_captured(layer, a, t)) {
         const int64_t heads = t[0].batch * t[0].heads, n = t[0].tokens, d = t[0].head_dim, rows = heads * n;
         double *ref = malloc((size_t)(rows * d) * sizeof *ref);
         float *out[4];
