@@ -51,6 +51,8 @@ def too_short_for_gpu(device_type: str, keys: int) -> bool:
     """Whether the length rule sends a call with `keys` keys per head on
     `device_type` to torch SDPA."""
     return device_type == "cuda" and keys < sdpa_below_keys
+
+
 _lib = None
 _local = threading.local()
 

@@ -72,7 +72,7 @@ def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask:
     bfloat16 with a head dim vcattn takes, and on CUDA at least
     vcattn.SDPA_BELOW_KEYS keys per head (vcattn.set_sdpa_below_keys);
     torch SDPA otherwise.
-    vcattn.sdpa.routes counts the routes eager calls took."""
+    vcattn.sdpa_routes counts the routes eager calls took."""
     why = _why_not(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
     compiling = torch.compiler.is_compiling()
     if why is not None:
