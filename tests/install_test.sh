@@ -18,6 +18,14 @@ libdir=$(dirname "$(dirname "$pc")")
 for f in "$prefix/include/vcattn.h" "$pc" "$libdir/cmake/vcattn/vcattnConfig.cmake" "$prefix/bin/vcattn"; do
     if [ -e "$f" ]; then echo "ok: ${f#"$prefix"/}"; else echo "FAIL: ${f#"$prefix"/} not installed"; status=1; fi
 done
+# The CUDA runtime is linked into the library: a user's program needs the
+# driver, not a libcudart on its library path.
+lib=$(find "$libdir" -maxdepth 1 -name 'libvcattn.so*' -type f | head -1)
+needed=$(readelf -d "$lib" 2>/dev/null | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+case "$needed" in
+    *libcudart*) echo "FAIL: the installed library needs the CUDA runtime at run time ($needed)"; status=1 ;;
+    *) echo "ok: the installed library needs $needed(no libcudart)" ;;
+esac
 mkdir "$tmp/app"
 cat >"$tmp/app/main.c" <<'C'
 #include <stdio.h>
