@@ -168,9 +168,17 @@ static void compare(const shape_t *s, const output_t *a, const output_t *b, cons
 /* A method's preset with ExpCast at every key count, so that the kernels'
  * ExpCast path runs at these test sizes (the fallback below
  * expcast_min_keys has its own test, run_expcast_min_keys). */
+/* A preset; "+probe32" is "+probe" with 32 probe rows (the probe's passes of 32). */
 static vcattn_config method_config(const char *m) {
     vcattn_config c;
+    char base[64];
+    const char *p32 = strstr(m, "+probe32");
+    if (p32) {
+        snprintf(base, sizeof base, "%.*s+probe", (int)(p32 - m), m);
+        m = base;
+    }
     vcattn_config_from_method(m, &c);
+    if (p32) c.vsmooth_probe_rows = 32;
     c.expcast_min_keys = 0;
     return c;
 }
@@ -697,6 +705,8 @@ int main(int argc, char **argv) {
         {"probe sink tokens GQA rope", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+probe", V_SINKS},
         {"probe attended keys GQA", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 0, "vc+probe", V_ATTENDED},
         {"probe D=64 tail", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, "vsmooth+probe", 0},
+        {"probe32 attended keys GQA", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 0, "vc+probe32", V_ATTENDED},
+        {"probe32 D=64 tail", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, "vsmooth+probe32", 0},
     };
     for (size_t i = 0; i < sizeof probe_shapes / sizeof probe_shapes[0]; i++)
         if (wanted(&probe_shapes[i])) {
@@ -713,6 +723,7 @@ int main(int argc, char **argv) {
         {"N=1000 GQA attended probe", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 0, "vc+probe", V_ATTENDED},
         {"N=333 D64 qsmooth probe", 2, 2, 2, 333, 4097, 64, 1, 0, VCATTN_DTYPE_F16, 1, "vc+qsmooth+probe", 0},
         {"N=129 no smoothing probe", 1, 2, 1, 129, 129, 128, 0, 0, VCATTN_DTYPE_F32, 0, "vc+probe", 0},
+        {"N=1000 GQA attended probe32", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 0, "vc+probe32", V_ATTENDED},
     };
     for (size_t i = 0; i < sizeof quant_shapes / sizeof quant_shapes[0]; i++) {
         if (!wanted(&quant_shapes[i])) continue;

@@ -15,10 +15,17 @@
 
 namespace {
 
-constexpr int kThreads = 256;      // four threads per probe row of a pass, 32 keys each
-constexpr int kRowsPerPass = 64;   // probe rows scored per pass over the tile
-constexpr int kKeysPerThread = VC_KV_ROWS * kRowsPerPass / kThreads;
-static_assert(kKeysPerThread == 32, "a row's four threads: lanes 8 apart, 32 keys each");
+constexpr int kThreads = 256;
+
+// A pass over a key tile scores R probe rows (64, or 32 when the call has no
+// more): each row by 256 / R threads of one warp, lanes R / 8 apart, each
+// thread KEYS keys; the 16 x 16 score tiles split so that warp w takes row
+// tile w % (R / 16) and R / 16 key tiles.
+template <int R> struct pass_shape {
+    static_assert(R == 32 || R == 64, "32 or 64 probe rows a pass");
+    static constexpr int kThreadsPerRow = kThreads / R, kRowsPerWarp = 32 / kThreadsPerRow;
+    static constexpr int kKeys = VC_KV_ROWS / kThreadsPerRow, kRowTiles = R / 16;
+};
 
 // A float as an int of the same order (negative values with the magnitude
 // bits flipped); the map is its own inverse. NaN is taken as -inf first, as
@@ -33,25 +40,27 @@ __device__ __forceinline__ float ordered_float(int key) { return __int_as_float(
 // pass's probe rows, INT8, each as D/16 slabs of 16 channels ([slab][row][16]:
 // every 16 x 16 fragment is 256 contiguous bytes, as the tensor cores'
 // fragment loads want them aligned); the pass's integer scores take the
-// rows' place once the products are done (54.7 KB at D 128).
-template <int D> struct probe_smem {
-    static constexpr int kKeys = VC_KV_ROWS * D, kRows = kRowsPerPass * D, kScoreLd = VC_KV_ROWS + 4;
-    static constexpr int kScores = kRowsPerPass * kScoreLd * 4;
+// rows' place once the products are done (54.7 KB at D 128 and R 64).
+template <int D, int R> struct probe_smem {
+    static constexpr int kKeys = VC_KV_ROWS * D, kRows = R * D, kScoreLd = VC_KV_ROWS + 4;
+    static constexpr int kScores = R * kScoreLd * 4;
     static constexpr int kBytes = kKeys + (kRows > kScores ? kRows : kScores);
     static __device__ int at(int row, int col, int rows) { return (col / 16) * rows * 16 + row * 16 + col % 16; }
 };
 
-// One 128-key tile of one key head against the probe rows, kRowsPerPass at a
-// time: the integer scores of a pass on the tensor cores (int8 in, exact int32
-// out: the dp4a sums to the bit), then each row by four threads (lanes 8
-// apart, 32 keys each: shared-memory reads free of bank conflicts), so the
-// maximum and the sums are a thread's own loop and two shuffles. Writes the
-// code bytes [head][tile][S][128], and per (row, tile) the ceiling C_st and
-// the exact sums L_st, S_st ([head][S][T]).
-template <int D>
+// One 128-key tile of one key head against the probe rows, R at a time: the
+// integer scores of a pass on the tensor cores (int8 in, exact int32 out: the
+// dp4a sums to the bit), then each row by the threads pass_shape gives it
+// (shared-memory reads free of bank conflicts), so the maximum and the sums
+// are a thread's own loop and a few shuffles. Writes the code bytes
+// [head][tile][S][128], and per (row, tile) the ceiling C_st and the exact
+// sums L_st, S_st ([head][S][T]).
+template <int D, int R>
 __global__ void __launch_bounds__(kThreads, 3) probe_tile_kernel(probe_args a) {
     using namespace nvcuda;
-    using smem = probe_smem<D>;
+    using smem = probe_smem<D, R>;
+    using shape = pass_shape<R>;
+    constexpr int kRowsPerPass = R, kKeysPerThread = shape::kKeys;
     extern __shared__ __align__(16) uint8_t probe_smem_bytes[];
     int8_t *keys = reinterpret_cast<int8_t *>(probe_smem_bytes);
     int8_t *rows = keys + smem::kKeys;
@@ -71,8 +80,8 @@ __global__ void __launch_bounds__(kThreads, 3) probe_tile_kernel(probe_args a) {
         const uint4 v = *reinterpret_cast<const uint4 *>(ktile + c * 16);
         *reinterpret_cast<uint4 *>(keys + smem::at(r, col, VC_KV_ROWS)) = v;
     }
-    float kmul[4];  // key j's scale is kmul[(j & 7) >> 1]
-    for (int i = 0; i < 4; i++) kmul[i] = a.k_mul[(head * tiles + tile) * 4 + i];
+    __shared__ float kmul[4];  // key j's scale is kmul[(j & 7) >> 1] (in registers, they spilled)
+    if (threadIdx.x < 4) kmul[threadIdx.x] = a.k_mul[(head * tiles + tile) * 4 + threadIdx.x];
 
     for (int base = 0; base < a.rows; base += kRowsPerPass) {
         __syncthreads();  // the previous pass is done with rows[] and its scores
@@ -96,19 +105,20 @@ __global__ void __launch_bounds__(kThreads, 3) probe_tile_kernel(probe_args a) {
         }
         __syncthreads();
 
-        {  // scores[r][j] = rows[r] . keys[j]: warp w, rows 16 (w % 4).., keys 32 (w / 4)..
+        {  // scores[r][j] = rows[r] . keys[j]: warp w, row tile w % T, key tiles T (w / T).. (T row tiles)
+            constexpr int T = shape::kRowTiles;
             wmma::fragment<wmma::matrix_a, 16, 16, 16, signed char, wmma::row_major> fa;
             wmma::fragment<wmma::matrix_b, 16, 16, 16, signed char, wmma::col_major> fb;
-            wmma::fragment<wmma::accumulator, 16, 16, 16, int> fc[VC_KV_ROWS / 16 / 2];
-            const int ti = warp % 4, tj0 = (warp / 4) * (VC_KV_ROWS / 16 / 2);
+            wmma::fragment<wmma::accumulator, 16, 16, 16, int> fc[T];
+            const int ti = warp % T, tj0 = (warp / T) * T;
 #pragma unroll
-            for (int f = 0; f < VC_KV_ROWS / 16 / 2; f++) wmma::fill_fragment(fc[f], 0);
+            for (int f = 0; f < T; f++) wmma::fill_fragment(fc[f], 0);
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
                 wmma::load_matrix_sync(fa, reinterpret_cast<const signed char *>(rows) +
                                                smem::at(16 * ti, 16 * kk, kRowsPerPass), 16);
 #pragma unroll
-                for (int f = 0; f < VC_KV_ROWS / 16 / 2; f++) {
+                for (int f = 0; f < T; f++) {
                     wmma::load_matrix_sync(fb, reinterpret_cast<const signed char *>(keys) +
                                                    smem::at(16 * (tj0 + f), 16 * kk, VC_KV_ROWS), 16);
                     wmma::mma_sync(fc[f], fa, fb, fc[f]);
@@ -116,16 +126,17 @@ __global__ void __launch_bounds__(kThreads, 3) probe_tile_kernel(probe_args a) {
             }
             __syncthreads();  // every warp's fragments of rows[] are read
 #pragma unroll
-            for (int f = 0; f < VC_KV_ROWS / 16 / 2; f++)
+            for (int f = 0; f < T; f++)
                 wmma::store_matrix_sync(scores + 16 * ti * smem::kScoreLd + 16 * (tj0 + f), fc[f], smem::kScoreLd,
                                         wmma::mem_row_major);
         }
         __syncthreads();
-        // Row r's keys k0.. k0 + 31, read 4 at a time (16-byte reads: each
-        // quarter-warp's eight rows fall in distinct banks); the score as the
-        // attention kernel forms it, twice (for the maximum, then for the
-        // codes) rather than kept in registers.
-        const int r = 8 * warp + (lane & 7), k0 = kKeysPerThread * (lane >> 3), s = base + r;
+        // Row r's keys k0.. k0 + KEYS - 1, read 4 at a time (16-byte reads:
+        // each quarter-warp's eight lanes fall in distinct banks); the score
+        // as the attention kernel forms it, twice (for the maximum, then for
+        // the codes) rather than kept in registers.
+        constexpr int kRowLanes = shape::kRowsPerWarp;  // lanes of a warp's rows; a row's threads are this far apart
+        const int r = kRowLanes * warp + lane % kRowLanes, k0 = kKeysPerThread * (lane / kRowLanes), s = base + r;
         const int4 *score4 = reinterpret_cast<const int4 *>(scores + r * smem::kScoreLd + k0);
         const float *bias = a.key_bias ? a.key_bias + ((int64_t)row_head[r] * tiles + tile) * VC_KV_ROWS + k0 : nullptr;
         auto score_of = [&](int i, int product) {
@@ -140,8 +151,8 @@ __global__ void __launch_bounds__(kThreads, 3) probe_tile_kernel(probe_args a) {
             mx = max(mx, max(max(ordered_key(score_of(4 * g, p.x)), ordered_key(score_of(4 * g + 1, p.y))),
                              max(ordered_key(score_of(4 * g + 2, p.z)), ordered_key(score_of(4 * g + 3, p.w)))));
         }
-        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+#pragma unroll
+        for (int o = kRowLanes; o < 32; o *= 2) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         const float ceiling = ceilf(ordered_float(mx));
         // Probabilities in units of 2^-9 (at most 2^17): exact integer sums.
         unsigned sum = 0, word[kKeysPerThread / 4] = {};
@@ -160,15 +171,17 @@ __global__ void __launch_bounds__(kThreads, 3) probe_tile_kernel(probe_args a) {
                 sq += (unsigned long long)n * n;
             }
         }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 8);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-        sq += __shfl_xor_sync(0xffffffffu, sq, 8);
-        sq += __shfl_xor_sync(0xffffffffu, sq, 16);
+#pragma unroll
+        for (int o = kRowLanes; o < 32; o *= 2) {
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        }
         if (s < a.rows) {
             uint4 *dst = reinterpret_cast<uint4 *>(a.codes + ((head * tiles + tile) * a.rows + s) * VC_KV_ROWS + k0);
-            dst[0] = make_uint4(word[0], word[1], word[2], word[3]);  // the row's bytes k0.. k0 + 31
-            dst[1] = make_uint4(word[4], word[5], word[6], word[7]);
-            if (lane < 8) {
+#pragma unroll
+            for (int w4 = 0; w4 < kKeysPerThread / 16; w4++)  // the row's bytes k0.. k0 + KEYS - 1
+                dst[w4] = make_uint4(word[4 * w4], word[4 * w4 + 1], word[4 * w4 + 2], word[4 * w4 + 3]);
+            if (lane < kRowLanes) {
                 const int64_t at = (head * a.rows + s) * tiles + tile;
                 a.tile_ceiling[at] = ceiling;
                 a.tile_sum[at] = ldexp((double)sum, -9);  // exact: the CPU's double sums
@@ -233,13 +246,19 @@ __global__ void __launch_bounds__(kRowsThreads) probe_rows_kernel(probe_args a, 
     }
 }
 
+template <int D, int R>
+cudaError_t launch_probe_tiles(const probe_args &a, dim3 grid, cudaStream_t stream) {
+    const cudaError_t err = cudaFuncSetAttribute(probe_tile_kernel<D, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 probe_smem<D, R>::kBytes);
+    if (err != cudaSuccess) return err;
+    probe_tile_kernel<D, R><<<grid, kThreads, probe_smem<D, R>::kBytes, stream>>>(a);
+    return cudaSuccess;
+}
+
+// Passes of 32 rows when the call has no more (half the work of 64).
 template <int D>
 cudaError_t launch_probe_tiles(const probe_args &a, dim3 grid, cudaStream_t stream) {
-    const cudaError_t err = cudaFuncSetAttribute(probe_tile_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 probe_smem<D>::kBytes);
-    if (err != cudaSuccess) return err;
-    probe_tile_kernel<D><<<grid, kThreads, probe_smem<D>::kBytes, stream>>>(a);
-    return cudaSuccess;
+    return a.rows <= 32 ? launch_probe_tiles<D, 32>(a, grid, stream) : launch_probe_tiles<D, 64>(a, grid, stream);
 }
 
 }  // namespace

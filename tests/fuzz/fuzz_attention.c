@@ -361,6 +361,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (take(&in, 16) == 0) cfg.group_refresh = (int)take(&in, 3);  /* 0 is invalid */
     /* V-Smooth's attention probe: mostly 64 rows, at times 1, 3 or past the bound */
     if (take(&in, 4) == 0) cfg.vsmooth_probe_rows = take(&in, 8) == 0 ? VCATTN_MAX_PROBE_ROWS + 1 : 1 + 2 * (int)take(&in, 2) + (take(&in, 2) ? 62 : 0);
+    /* The order chosen per head at a grouping step: from the input's last
+     * byte (read, not taken, so the seed corpus keeps its meaning), about
+     * one input in 16: 1 to 241 sampled rows, or past the bound. */
+    const unsigned tail = size ? data[size - 1] : 0;
+    if ((tail & 15) == 9) cfg.vsmooth_order_rows = tail >> 4 == 15 ? VCATTN_MAX_ORDER_ROWS + 1 : 1 + 16 * (int)(tail >> 4);
     /* 1: k and v broadcast to a huge token count; 2: out's heads wrap onto q */
     const int size_case = take(&in, 32) == 0 ? 1 + (int)take(&in, 2) : 0;
     const int nest_progress = take(&in, 32) == 0;
@@ -445,7 +450,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     promise(vcattn_status_string(st) != NULL, "status string");
     promise(!(st == VCATTN_OK && out_overlap), "an out view whose heads overlap refused");
     promise(!(st == VCATTN_OK && (cfg.num_threads > VCATTN_MAX_THREADS || cfg.kmeans_iters > VCATTN_MAX_KMEANS_ITERS ||
-                                  cfg.vsmooth_probe_rows > VCATTN_MAX_PROBE_ROWS)),
+                                  cfg.vsmooth_probe_rows > VCATTN_MAX_PROBE_ROWS ||
+                                  cfg.vsmooth_order_rows > VCATTN_MAX_ORDER_ROWS)),
             "config fields past their bounds refused");
     if (st != VCATTN_OK) {
         promise(vcattn_last_error(ctx)[0] != '\0', "an error has a message");
