@@ -54,9 +54,11 @@ template <int D, int R> struct probe_smem {
 // (shared-memory reads free of bank conflicts), so the maximum and the sums
 // are a thread's own loop and a few shuffles. Writes the code bytes
 // [head][tile][S][128], and per (row, tile) the ceiling C_st and the exact
-// sums L_st, S_st ([head][S][T]).
+// sums L_st, S_st ([head][S][T]). A block is short and waits on its loads:
+// blocks an SM is what pays; passes of 32 rows fit four (64 registers, no
+// spill; five spill), of 64 three.
 template <int D, int R>
-__global__ void __launch_bounds__(kThreads, 3) probe_tile_kernel(probe_args a) {
+__global__ void __launch_bounds__(kThreads, R == 32 ? 4 : 3) probe_tile_kernel(probe_args a) {
     using namespace nvcuda;
     using smem = probe_smem<D, R>;
     using shape = pass_shape<R>;
