@@ -3,7 +3,8 @@ CUDA tensors give the C API's bits, run on the current stream and device,
 give the sequential bits from two threads on two streams, survive
 torch.compile(fullgraph=True), replay from a CUDA graph (drop-in calls; the
 others are refused while capturing), pad small head dims, reject CPU/CUDA
-mixes, and keep the schedule's grouping on the GPU."""
+mixes, keep the schedule's grouping on the GPU, and give a varlen pack the
+bits of one call per sequence."""
 import os
 import sys
 import threading
@@ -139,5 +140,22 @@ vcattn.set_sdpa_below_keys(0)
 check(torch.equal(vcattn.sdpa(sq, sk, sv), vcattn.attention(sq, sk, sv)) and
       vcattn.sdpa_routes["vcattn"] == routes0.get("vcattn", 0) + 1, "length rule off: not vcattn's call")
 vcattn.set_sdpa_below_keys(before)
+
+# varlen on the GPU: packed sequences of different lengths (GQA, D 128 and a
+# padded 96), each the same bits as its own call, other key lengths too
+lens = [300, 1031, 77]
+cu = torch.tensor([0, 300, 1331, 1408], dtype=torch.int32, device="cuda")
+cu_k = torch.tensor([0, 500, 1200, 1408], dtype=torch.int64, device="cuda")
+for d in (128, 96):
+    vq = torch.randn(1408, 8, d, device="cuda", dtype=torch.bfloat16)
+    vk, vv = (torch.randn(1408, 2, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for cuk in (cu, cu_k):
+        packed = vcattn.attention_varlen(vq, vk, vv, cu, cuk)
+        qb, kb = cu.tolist(), cuk.tolist()
+        alone = [vcattn.attention(vq[None, qb[i]:qb[i + 1]], vk[None, kb[i]:kb[i + 1]], vv[None, kb[i]:kb[i + 1]],
+                                  tensor_layout="NHD")[0] for i in range(len(lens))]
+        check(packed.is_cuda and packed.shape == vq.shape and torch.equal(packed, torch.cat(alone)),
+              "varlen on the GPU (D %d, %s key lengths) differs from one call per sequence"
+              % (d, "same" if cuk is cu else "other"))
 
 finish("test_python_gpu")
