@@ -10,7 +10,7 @@
 #include "attention.h"
 #include "epilogue.cuh"
 #include "launch_common.cuh"
-#include "mainloop.cuh"
+#include "row_state.cuh"
 #include "ptx.cuh"
 #include "softmax.cuh"
 #include "tile.cuh"
@@ -34,7 +34,7 @@ struct TileP {
 };
 
 // What one thread carries across the tiles: the shared per-tile steps of
-// mainloop.cuh, with the mean term per tile instead of per batch. Tile j's
+// row_state.cuh, with the mean term per tile instead of per batch. Tile j's
 // r mu goes into tile j+1's PV group, scaled by that tile's alpha, as an f16
 // wgmma whose A is in registers (lane t = 0 holds it in columns 0 and 1).
 template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH>

@@ -1,185 +1,147 @@
-// The consumer warpgroup: 64 query rows against every 128-key tile of their
-// head. Per tile j it issues QK(j) and PV(j-1) back to back, runs the softmax
-// of tile j while PV(j-1) is still on the tensor cores, then folds PV(j-1)
-// into the output accumulator (the two-level update) and packs P(j) into the
-// registers that PV(j-1) has just released. Two consumer warpgroups take
-// turns at issuing (named barriers), so one's softmax runs under the other's
-// GEMMs. Arithmetic: docs/formats.md; reasoning: docs/cuda-design.md.
+// The D 128 kernel's consumer loop: one warpgroup's 64 query rows against
+// every 128-key tile of their head. Per tile j it issues QK(j) and PV(j-1)
+// back to back, runs the softmax of tile j while PV(j-1) is still on the
+// tensor cores, then folds PV(j-1) into the output accumulator and packs P(j)
+// into the registers PV(j-1) has just released. The two consumer warpgroups
+// take turns at issuing (named barriers), so one's softmax runs under the
+// other's GEMMs. The per-tile steps: row_state.cuh; the slots it reads are
+// filled by produce() (producer.cuh).
 #pragma once
+#include "attention.h"
 #include "pipeline.cuh"
-#include "softmax.cuh"
-#include "tile.cuh"
-#include "wgmma.cuh"
+#include "row_state.cuh"
 
-#include <cuda_fp16.h>
+#include <type_traits>
 
-// How many tiles share one mean wgmma (the k16 f16 wgmma has 8 column pairs).
-constexpr int kMeanTiles = VC_MEAN_TILES;
-// The mean wgmma's A image: 64 rows x 16 f16 columns, two 8-column halves.
-constexpr uint32_t kMeanAHalf = VC_Q_ROWS * 16, kMeanABytes = 2 * kMeanAHalf;
+// Consumer w (0 or 1) runs the T tiles (the last with tail_keys keys) into
+// st; its thread is (warp, g, t).
+template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, typename Shared>
+__device__ __forceinline__ void consume(const vc_attention_params &p, Shared &sm,
+                                        RowState<D, EXPCAST, VSMOOTH, QSMOOTH> &st, int T, int tail_keys, int w,
+                                        int warp, int g, int t) {
+    const uint32_t my_turn = kBarrierTurn + w, other_turn = kBarrierTurn + (1 - w);
+    if (w == 1) named_barrier_arrive(other_turn, 256);  // consumer 0 goes first
+    const uint64_t qd = q_desc(sm.q[w]);
+    // The slots' descriptors differ by a constant: slot s's is the first's
+    // advanced by s slots (one uniform multiply-add per tile).
+    const uint64_t k_desc0 = k_desc(sm.k[0]), v_desc0 = v_desc<D>(sm.v[0]), mean_desc0 = mean_desc<D>(sm.mean[0]);
+    uint8_t *const mean_a = sm.mean_a[w];
+    const uint64_t mean_a_desc = smem_desc(mean_a, kMeanAHalf, 128);
 
-// a as two FP16 values, hi in column 0 (bits 0-15) and the remainder in
-// column 1: hi + lo carries ~22 bits of a (|a| < 65504).
-static __device__ __forceinline__ uint32_t f16_hi_lo(float a) {
-    const float hi = __half2float(__float2half_rn(a));
-    return cvt_f16x2(hi, a - hi);
-}
-
-// What one thread (warp, g, t) of a consumer warpgroup carries across the
-// tiles for its rows 16 warp + g and + 8.
-template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH>
-struct RowState {
-    float o[D / 2];                   // the output accumulator (FP32, the second level)
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    float qmul0, qmul1;               // the rows' dequantization multipliers (log2 units)
-    float alpha0 = 0.0f, alpha1 = 0.0f;  // rescale of o that goes with the P in p[]
-    uint32_t p[16];                   // P of the last tile through the softmax: PV's A registers
-    // VSMOOTH: the row sums of the tiles whose mean term r mu is not yet in o,
-    // up to kMeanTiles of them, kept relative to the running maximum. Tile x
-    // owns slot x % 8, columns 2 (x % 8) and + 1 of the mean wgmma's A; this
-    // lane holds slots t and t + 4 (pend[0], pend[1]) for rows g and g + 8.
-    float pend[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-
-    __device__ void init(float q0, float q1) {
-#pragma unroll
-        for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
-        qmul0 = q0;
-        qmul1 = q1;
+    // Tile 0: QK and its softmax alone.
+    mbar_wait(&sm.full_q, 0);
+    {
+        int32_t sacc[64];
+        uint32_t words[64];
+        sm.k_ring.wait_full(0);
+        named_barrier_sync(my_turn, 256);
+        st.issue_qk(sacc, qd, k_desc0);
+        named_barrier_arrive(other_turn, 256);
+        wgmma_wait<0>();
+        fence_regs<64>(sacc);
+        const float kmul = lds_float(smem_addr(&sm.kmul[0][t]));  // read before the slot is released
+        if (!QSMOOTH) sm.k_ring.release(0);
+        st.softmax(sacc, kmul, T == 1 ? tail_keys : VC_KV_ROWS, p.expcast_bias, t, smem_addr(sm.bias[0]),
+                   words, st.alpha0, st.alpha1);
+        if (QSMOOTH) sm.k_ring.release(0);
+        pack_p<EXPCAST>(words, st.p);
     }
-
-    // S = Q K^T (int32), issued and committed.
-    static __device__ __forceinline__ void issue_qk(int32_t *sacc, uint64_t q, uint64_t k) {
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < D / 32; ks++)
-            wgmma_s8_m64n128k32(sacc, desc_advance(q, ks * 2 * VC_Q_ROWS * 16),
-                                desc_advance(k, ks * 2 * VC_KV_ROWS * 16), ks > 0);
+    // PV of tile x, then (MEAN) the mean terms of group g = x / 8 - 1, the
+    // kMeanTiles tiles before it. MEAN is a template switch, not a branch: a
+    // wgmma on a divergent path makes ptxas serialize every wgmma of the kernel.
+    auto issue_pv_group = [&](float *pacc, int x, int vs, auto mean) {
+        st.issue_pv(pacc, desc_advance(v_desc0, vs * Sizes<D>::v));
+        if constexpr (VSMOOTH && decltype(mean)::value) {
+            const int g = x / kMeanTiles - 1;
+            sm.mean_ring.wait_full(g);
+            st.issue_mean(pacc, mean_a_desc, desc_advance(mean_desc0, sm.mean_ring.slot(g) * Sizes<D>::mean_image), 1);
+        }
         wgmma_commit();
-    }
-
-    // partial = P V^T (+ the row sums in the ones columns), issued. The
-    // caller commits the group, after the mean term when one is due.
-    // (The D 64 kernel issues its own, per tile: kernel_wg.cu.)
-    __device__ __forceinline__ void issue_pv(float *pacc, uint64_t v) const {
-        static_assert(D == 128, "the batched P V and mean wgmmas are the D 128 kernel's");
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < 4; ks++) {
-            const uint64_t desc = desc_advance(v, ks * 2 * Sizes<D>::vt_rows * 16);
-            wgmma_e4m3_m64n136k32(pacc, p + 4 * ks, desc, ks > 0);
-        }
-    }
-
-    // The pending row sums, as they stand, into the mean wgmma's A image in
-    // shared memory (64 rows x 16 f16 columns, K-major: each slot's row sum
-    // as FP16 hi + lo in its two columns), and a new batch begins. The
-    // caller fences and orders the image before the wgmma that reads it.
-    __device__ __forceinline__ void write_pending(uint8_t *a_image, int warp, int g, int t) {
-        const uint32_t row0 = smem_addr(a_image) + 256 * warp + 16 * g + 4 * t;  // rows 16 warp + g, + 8
-        sts_u32(row0, f16_hi_lo(pend[0][0]));
-        sts_u32(row0 + 128, f16_hi_lo(pend[0][1]));
-        sts_u32(row0 + kMeanAHalf, f16_hi_lo(pend[1][0]));
-        sts_u32(row0 + kMeanAHalf + 128, f16_hi_lo(pend[1][1]));
-        pend[0][0] = pend[0][1] = pend[1][0] = pend[1][1] = 0.0f;
-    }
-
-    // The batch's mean terms, sum over its tiles of r mu, as one f16 wgmma
-    // from the A image and a B image with each tile's mu in its slot's two
-    // k rows. Issued after P V, so the FP8 products accumulate on their own
-    // before the (larger) mean joins them.
-    static __device__ __forceinline__ void issue_mean(float *pacc, uint64_t a_image, uint64_t b_image, int accumulate) {
-        static_assert(D == 128, "the batched P V and mean wgmmas are the D 128 kernel's");
-        wgmma_fence();
-        wgmma_f16_ss_m64n136k16(pacc, a_image, b_image, accumulate);
-    }
-
-    // The pending row sums follow the running maximum.
-    __device__ __forceinline__ void rescale_pending() {
-        pend[0][0] *= alpha0;
-        pend[1][0] *= alpha0;
-        pend[0][1] *= alpha1;
-        pend[1][1] *= alpha1;
-    }
-
-    // Online softmax of tile j: new row maxima, the rescale factors of the
-    // running sums (returned; they go with P(j) when its partial is folded),
-    // and P as words (softmax.cuh). tail_keys < 128 masks keys past the end;
-    // kmul: the K tile's multiplier for this lane; bias: the tile's
-    // Q-smoothing terms in shared memory (QSMOOTH only).
-    __device__ __forceinline__ void softmax(int32_t *sacc, float kmul, int tail_keys, float expcast_bias, int t,
-                                            uint32_t bias, uint32_t *w, float &alpha_new0, float &alpha_new1) {
-        float s[64];
-#pragma unroll
-        for (int i = 0; i < 64; i++) s[i] = (float)sacc[i];
-        float A0 = qmul0 * kmul, A1 = qmul1 * kmul;
-        if constexpr (QSMOOTH) {  // s = dot A + term, one FMA (as the CPU); then A = 1 below
-#pragma unroll
-            for (int i = 0; i < 64; i += 4) {  // registers i, i+1 (row g) and i+2, i+3 (row g+8): same two keys
-                const float2 b = lds_float2(bias + 4 * acc_col(i, t));
-                s[i] = __fmaf_rn(s[i], A0, b.x);
-                s[i + 1] = __fmaf_rn(s[i + 1], A0, b.y);
-                s[i + 2] = __fmaf_rn(s[i + 2], A1, b.x);
-                s[i + 3] = __fmaf_rn(s[i + 3], A1, b.y);
+    };
+    // Tile j: QK(j) and PV(j-1) in one turn; softmax(j) under PV(j-1).
+    // MASK (a template switch too) says where keys past the end are masked:
+    // kInner never, kLast (tile j is the last) by tail_keys, kAny by a
+    // runtime test of j.
+    auto step = [&](int j, auto mean, auto mask) {
+        const int ks = sm.k_ring.slot(j), vs = sm.v_ring.slot(j - 1);
+        int32_t sacc[64];
+        float pacc[D / 2 + 4];
+        uint32_t words[64];
+        float alpha0, alpha1;
+        sm.k_ring.wait_full(j);
+        sm.v_ring.wait_full(j - 1);
+        named_barrier_sync(my_turn, 256);
+        st.issue_qk(sacc, qd, desc_advance(k_desc0, ks * Sizes<D>::k));
+        issue_pv_group(pacc, j - 1, vs, mean);
+        named_barrier_arrive(other_turn, 256);
+        wgmma_wait<1>();  // QK(j) done
+        fence_regs<64>(sacc);
+        const float kmul = lds_float(smem_addr(&sm.kmul[ks][t]));  // read before the slot is released
+        if (!QSMOOTH) sm.k_ring.release(j);
+        constexpr int kMask = decltype(mask)::value;
+        const int keys = kMask == 0 ? VC_KV_ROWS : kMask == 1 || j == T - 1 ? tail_keys : VC_KV_ROWS;
+        st.softmax(sacc, kmul, keys, p.expcast_bias, t, smem_addr(sm.bias[ks]), words, alpha0, alpha1);
+        if (QSMOOTH) sm.k_ring.release(j);
+        wgmma_wait<0>();  // PV(j-1) done: its A registers and V slot are free
+        fence_regs<D / 2 + 4>(pacc);
+        fence_regs<16>(st.p);
+        fence_regs<64>(words);
+        sm.v_ring.release(j - 1);
+        if (VSMOOTH && decltype(mean)::value) sm.mean_ring.release((j - 1) / kMeanTiles - 1);
+        st.update(pacc, j - 1, t);
+        st.alpha0 = alpha0;
+        st.alpha1 = alpha1;
+        pack_p<EXPCAST>(words, st.p);
+        if constexpr (VSMOOTH) {  // the pending row sums follow m(j); a batch is full after tile j - 1 = 8i - 1
+            st.rescale_pending();
+            if (j % kMeanTiles == 0) {
+                st.write_pending(mean_a, warp, g, t);  // ordered by the next turn, read by PV(j)'s group
+                fence_proxy_async_shared();
             }
-            A0 = A1 = 1.0f;
         }
-        const bool tail = tail_keys < VC_KV_ROWS;
-        if (tail) {
-#pragma unroll
-            for (int i = 0; i < 64; i++)
-                if (acc_col(i, t) >= tail_keys) s[i] = -INFINITY;
-        }
-        float tmax0, tmax1;
-        tile_row_max(s, A0, A1, tmax0, tmax1);
-        const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
-        alpha_new0 = ex2_approx(m0 - mn0);  // <= 1; relative error 2^-22, inside the tolerance
-        alpha_new1 = ex2_approx(m1 - mn1);
-        if (tail) encode_words<EXPCAST, true>(s, A0, A1, mn0, mn1, expcast_bias, w);
-        else encode_words<EXPCAST, false>(s, A0, A1, mn0, mn1, expcast_bias, w);
-        m0 = mn0;
-        m1 = mn1;
+    };
+    // The mean terms go with the PV of tiles 8, 16, ... (j = 9, 17, ...).
+    // The last tile gets a copy of the step of its own (it alone masks),
+    // except with QSMOOTH, whose registers spill with the extra copy.
+    constexpr std::integral_constant<bool, false> kNoMean;
+    constexpr std::integral_constant<bool, VSMOOTH> kMean;
+    constexpr std::integral_constant<int, QSMOOTH ? 2 : 0> kInner;  // 2: kAny
+    constexpr std::integral_constant<int, 1> kLast;
+    const int loop_end = QSMOOTH ? T : T - 1;
+    for (int j = 1; j < loop_end;) {
+        const int next_mean = max(kMeanTiles, (j + kMeanTiles - 2) / kMeanTiles * kMeanTiles) + 1;  // j' - 1 = 8i > 0
+        for (const int stop = min(loop_end, next_mean); j < stop; j++) step(j, kNoMean, kInner);
+        if (j < loop_end) step(j++, kMean, kInner);
     }
-
-    // o = alpha o + partial; l likewise with the row sums of the ones
-    // columns, which it returns.
-    __device__ __forceinline__ float2 fold(const float *pacc) {
-        const float r0 = pacc[D / 2], r1 = pacc[D / 2 + 2];
-#pragma unroll
-        for (int i = 0; i < D / 2; i += 2) {
-            const float a = (i >> 1) & 1 ? alpha1 : alpha0;
-            o[i] = __fmaf_rn(o[i], a, pacc[i]);
-            o[i + 1] = __fmaf_rn(o[i + 1], a, pacc[i + 1]);
-        }
-        l0 = __fmaf_rn(l0, alpha0, r0);
-        l1 = __fmaf_rn(l1, alpha1, r1);
-        return make_float2(r0, r1);
+    if (!QSMOOTH && T > 1) {
+        if (T - 2 >= kMeanTiles && (T - 2) % kMeanTiles == 0) step(T - 1, kMean, kLast);
+        else step(T - 1, kNoMean, kLast);
     }
-
-    // The update of tile x: fold its partial, and its row sums join the
-    // pending mean terms (VSMOOTH).
-    __device__ __forceinline__ void update(const float *pacc, int x, int t) {
-        const float2 r = fold(pacc);
+    // The last PV, then the mean terms still pending (the last tile's among them).
+    {
+        const int x = T - 1, vs = sm.v_ring.slot(x);
+        float pacc[D / 2 + 4];
+        sm.v_ring.wait_full(x);
+        named_barrier_sync(my_turn, 256);
+        if (x >= kMeanTiles && x % kMeanTiles == 0) issue_pv_group(pacc, x, vs, kMean);
+        else issue_pv_group(pacc, x, vs, kNoMean);
+        if (w == 0) named_barrier_arrive(other_turn, 256);  // consumer 1 takes the last turn
+        wgmma_wait<0>();
+        fence_regs<D / 2 + 4>(pacc);
+        fence_regs<16>(st.p);
+        st.update(pacc, x, t);
         if constexpr (VSMOOTH) {
-            if (t == (x & 3)) {
-                const bool high = x & 4;
-                pend[0][0] = high ? pend[0][0] : r.x;
-                pend[0][1] = high ? pend[0][1] : r.y;
-                pend[1][0] = high ? r.x : pend[1][0];
-                pend[1][1] = high ? r.y : pend[1][1];
-            }
+            const int last = x / kMeanTiles;
+            st.write_pending(mean_a, warp, g, t);
+            fence_proxy_async_shared();
+            named_barrier_sync(kBarrierMean + w, 128);  // the row-sum image is complete
+            sm.mean_ring.wait_full(last);
+            float macc[D / 2 + 4];
+            st.issue_mean(macc, mean_a_desc, desc_advance(mean_desc0, sm.mean_ring.slot(last) * Sizes<D>::mean_image), 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs<D / 2 + 4>(macc);
+            st.add_partial(macc);
         }
     }
-
-    // o += the final mean terms, computed into pacc (a finished group).
-    __device__ __forceinline__ void add_partial(const float *pacc) {
-#pragma unroll
-        for (int i = 0; i < D / 2; i++) o[i] += pacc[i];
-    }
-};
-
-// Keeps the compiler from touching registers a wgmma reads or writes
-// asynchronously before the wait that completes it.
-template <int N, typename T> __device__ __forceinline__ void fence_regs(T *r) {
-#pragma unroll
-    for (int i = 0; i < N; i++) reg_fence(r[i]);
 }
