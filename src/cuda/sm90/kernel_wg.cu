@@ -10,6 +10,7 @@
 #include "attention.h"
 #include "epilogue.cuh"
 #include "launch_common.cuh"
+#include "pipeline.cuh"
 #include "row_state.cuh"
 #include "ptx.cuh"
 #include "softmax.cuh"
@@ -116,7 +117,9 @@ struct WgShared {
     // k 0..7 half followed by an all-zero k 8..15 half.
     alignas(128) uint8_t mean[2][2][Sizes<D>::mean_half];
     alignas(16) float bias[kWgKStages][VC_KV_ROWS];
-    uint64_t full_q, full_k[kWgKStages], full_v[kWgVStages];
+    uint64_t full_q;
+    Slots<kWgKStages> k_slots;  // released by the CTA-wide barrier after a tile's last read
+    Slots<kWgVStages> v_slots;
 };
 
 template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, typename OutT>
@@ -137,8 +140,8 @@ __global__ void __launch_bounds__(kWgThreads, kWgCtasPerSm) vc_attention_wg_kern
 
     if (tid == 0) {
         mbar_init(&sm.full_q, 1);
-        for (int s = 0; s < kWgKStages; s++) mbar_init(&sm.full_k[s], 1);
-        for (int s = 0; s < kWgVStages; s++) mbar_init(&sm.full_v[s], 1);
+        sm.k_slots.init();
+        sm.v_slots.init();
         fence_mbar_init();
     }
     if constexpr (VSMOOTH) {  // the mean images start as zeros; only their mean words are rewritten
@@ -147,21 +150,21 @@ __global__ void __launch_bounds__(kWgThreads, kWgCtasPerSm) vc_attention_wg_kern
         fence_proxy_async_shared();
     }
     __syncthreads();
-    auto load_k = [&](int stage, int tile) {
-        mbar_arrive_expect_tx(&sm.full_k[stage], Sizes<D>::k + (QSMOOTH ? kBiasBytes : 0));
-        bulk_load(sm.k[stage], k_tiles + (int64_t)tile * Sizes<D>::k, Sizes<D>::k, &sm.full_k[stage]);
-        if (QSMOOTH)
-            bulk_load(sm.bias[stage], p.key_bias + (q_head * T + tile) * VC_KV_ROWS, kBiasBytes, &sm.full_k[stage]);
+    auto load_k = [&](int tile) {
+        const int s = sm.k_slots.slot(tile);
+        uint64_t *full = sm.k_slots.expect(tile, Sizes<D>::k + (QSMOOTH ? kBiasBytes : 0));
+        bulk_load(sm.k[s], k_tiles + (int64_t)tile * Sizes<D>::k, Sizes<D>::k, full);
+        if (QSMOOTH) bulk_load(sm.bias[s], p.key_bias + (q_head * T + tile) * VC_KV_ROWS, kBiasBytes, full);
     };
-    auto load_v = [&](int stage, int tile) {
-        mbar_arrive_expect_tx(&sm.full_v[stage], Sizes<D>::v);
-        bulk_load(sm.v[stage], v_tiles + (int64_t)tile * Sizes<D>::v, Sizes<D>::v, &sm.full_v[stage]);
+    auto load_v = [&](int tile) {
+        uint64_t *full = sm.v_slots.expect(tile, Sizes<D>::v);
+        bulk_load(sm.v[sm.v_slots.slot(tile)], v_tiles + (int64_t)tile * Sizes<D>::v, Sizes<D>::v, full);
     };
     if (tid == 0) {
         mbar_arrive_expect_tx(&sm.full_q, Sizes<D>::q);
         bulk_load(sm.q, p.q + (q_head * p.q_tiles + m_block) * Sizes<D>::q, Sizes<D>::q, &sm.full_q);
-        for (int s = 0; s < kWgKStages && s < T; s++) load_k(s, s);
-        for (int s = 0; s < kWgVStages && s < T; s++) load_v(s, s);
+        for (int j = 0; j < kWgKStages && j < T; j++) load_k(j);
+        for (int j = 0; j < kWgVStages && j < T; j++) load_v(j);
     }
 
     const int row0 = m_block * VC_Q_ROWS + 16 * warp + g;
@@ -172,17 +175,16 @@ __global__ void __launch_bounds__(kWgThreads, kWgCtasPerSm) vc_attention_wg_kern
 
     mbar_wait(&sm.full_q, 0);
     for (int j = 0; j < T; j++) {
-        const int ks = j % kWgKStages, vs = j % kWgVStages;
-        const uint32_t k_parity = (j / kWgKStages) & 1, v_parity = (j / kWgVStages) & 1;
+        const int ks = sm.k_slots.slot(j), vs = sm.v_slots.slot(j);
         int32_t sacc[64];
-        mbar_wait(&sm.full_k[ks], k_parity);
+        sm.k_slots.wait_full(j);
         st.issue_qk(sacc, q_desc(sm.q), k_desc(sm.k[ks]));
         wgmma_wait_all();
 #pragma unroll
         for (int i = 0; i < 64; i++) reg_fence(sacc[i]);
         if (!QSMOOTH) {
             __syncthreads();  // every warp is done with K[ks]
-            if (tid == 0 && j + kWgKStages < T) load_k(ks, j + kWgKStages);
+            if (tid == 0 && j + kWgKStages < T) load_k(j + kWgKStages);
         }
 
         TileP pt;
@@ -190,11 +192,11 @@ __global__ void __launch_bounds__(kWgThreads, kWgCtasPerSm) vc_attention_wg_kern
                    smem_addr(sm.bias[ks]));
         if (QSMOOTH) {
             __syncthreads();  // every warp is done with K[ks] and its terms
-            if (tid == 0 && j + kWgKStages < T) load_k(ks, j + kWgKStages);
+            if (tid == 0 && j + kWgKStages < T) load_k(j + kWgKStages);
         }
 
         float pacc[D / 2 + 4];
-        mbar_wait(&sm.full_v[vs], v_parity);
+        sm.v_slots.wait_full(j);
         st.issue_pv(pacc, pt, v_desc<D>(sm.v[vs]),
                     smem_desc(sm.mean[(j + 1) & 1], Sizes<D>::mean_half, 128), t);
         if constexpr (VSMOOTH) {  // tile j's mean, FP16 as stored, into rows k = 0, 1 of image j & 1
@@ -209,9 +211,9 @@ __global__ void __launch_bounds__(kWgThreads, kWgCtasPerSm) vc_attention_wg_kern
         for (int i = 0; i < D / 2 + 4; i++) reg_fence(pacc[i]);
         st.update(pacc, pt);
         __syncthreads();  // every warp is done with V[vs] and the mean image
-        if (tid == 0 && j + kWgVStages < T) load_v(vs, j + kWgVStages);
+        if (tid == 0 && j + kWgVStages < T) load_v(j + kWgVStages);
     }
-    st.add_pending_mean(sm.v[(T - 1) % kWgVStages], t);
+    st.add_pending_mean(sm.v[sm.v_slots.slot(T - 1)], t);
     store_rows<D, OutT>(p, st.o, st.m0, st.m1, st.l0, st.l1, q_head, kv_head, batch, head, row0, t);
 }
 
