@@ -49,16 +49,32 @@ def choose(outs, ref, rows):
     return chosen
 
 
-def table_row(name, outs, ref, counts, base):
+def table_row(name, outs, ref, counts, base, approx=None):
+    """approx: a cheaper reference the choice may be made against instead
+    (the SNR is still against ref)."""
     cols = {"kmeans": outs["kmeans"], "principal": outs["principal"]}
     n = ref.shape[2]
     for c in counts:
         cols["%d rows" % c] = choose(outs, ref, weyl_rows(n, c))
+        if approx is not None:
+            cols["%d, bf16 P" % c] = choose(outs, approx, weyl_rows(n, c))
     cols["every row"] = choose(outs, ref, None)
     return name, {k: snr(v, ref) - base for k, v in cols.items()}
 
 
-def real_layer(prefix, probe_rows, counts):
+def bf16_p_reference(q, k, v):
+    """Attention as a tensor-core kernel with FP32 scores and accumulators
+    would form it from BF16 inputs: q, k, v rounded to BF16, the unnormalized
+    probabilities exp(s - max) rounded to BF16 before P V, the row sum of
+    the unrounded ones."""
+    import torch
+    bf = lambda x: x.to(torch.bfloat16).float()  # noqa: E731
+    s = bf(q) @ bf(k).transpose(-1, -2) * q.shape[-1] ** -0.5
+    e = torch.exp(s - s.amax(-1, keepdim=True))
+    return ((bf(e) @ bf(v)) / e.sum(-1, keepdim=True)).double().numpy()
+
+
+def real_layer(prefix, probe_rows, counts, approx):
     import torch
     import vcattn
     q, k, v = (torch.from_numpy(np.load("%s-%s.npy" % (prefix, x)).astype(np.float32)) for x in "qkv")
@@ -67,10 +83,10 @@ def real_layer(prefix, probe_rows, counts):
     outs = {"kmeans": vcattn.attention(q, k, v, state=state, vsmooth_probe_rows=probe_rows).numpy(),
             "principal": vcattn.attention(q, k, v, vsmooth_probe_rows=probe_rows).numpy()}
     base = snr(vcattn.attention(q, k, v, method="sage2").numpy(), ref)
-    return table_row(os.path.basename(prefix), outs, ref, counts, base)
+    return table_row(os.path.basename(prefix), outs, ref, counts, base, bf16_p_reference(q, k, v) if approx else None)
 
 
-def preset(cli, name, probe_rows, counts, tmp):
+def preset(cli, name, probe_rows, counts, tmp, approx):
     def run(tag, *args):
         path = os.path.join(tmp, "%s-%s.npy" % (name, tag))
         subprocess.run([cli, "run", "--workload", name, "--out", path, *args], check=True, capture_output=True)
@@ -79,7 +95,8 @@ def preset(cli, name, probe_rows, counts, tmp):
     outs = {"kmeans": run("kmeans", "--method", "vc", "--probe-rows", str(probe_rows)),
             "principal": run("principal", "--method", "vc", "--grouping", "principal",
                              "--probe-rows", str(probe_rows))}
-    return table_row(name, outs, ref, counts, 0.0)
+    near = run("bf16p", "--qk", "exact", "--p", "bf16", "--v", "exact", "--no-vsmooth") if approx else None
+    return table_row(name, outs, ref, counts, 0.0, near)
 
 
 def prefixes(paths):
@@ -98,13 +115,17 @@ def main():
     ap.add_argument("--cli", default="build/vcattn")
     ap.add_argument("--rows", default="64,256", help="sampled query rows the choice is made on")
     ap.add_argument("--probe-rows", type=int, default=32, help="the attention probe's rows for the centres")
+    ap.add_argument("--bf16-p-reference", action="store_true",
+                    help="also choose against a reference with BF16 inputs and BF16 probabilities (as a "
+                         "tensor-core kernel would form it); the SNR stays against the exact output")
     args = ap.parse_args()
     counts = [int(c) for c in args.rows.split(",") if c]
-    results = [real_layer(p, args.probe_rows, counts) for p in prefixes(args.layers)]
+    approx = args.bf16_p_reference
+    results = [real_layer(p, args.probe_rows, counts, approx) for p in prefixes(args.layers)]
     if results:
         print("real layers: vc minus sage2, dB (SNR against FP64)")
     with tempfile.TemporaryDirectory() as tmp:
-        presets = [preset(args.cli, n, args.probe_rows, counts, tmp) for n in args.presets.split(",") if n]
+        presets = [preset(args.cli, n, args.probe_rows, counts, tmp, approx) for n in args.presets.split(",") if n]
     for title, rows in (("", results), ("presets: SNR against the exact output, dB", presets)):
         if not rows:
             continue
