@@ -1,6 +1,8 @@
 """The ctypes mirror (python/vcattn/_capi.py) against include/vcattn.h: the
 structs field by field with their C types, and the status codes by name and
-value. Any change to the header that the mirror does not follow fails here.
+value; and docs/api.md's table of config fields against the struct. Any
+change to the header that the mirror or that table does not follow fails
+here.
 Needs nothing but Python (no library, no numpy)."""
 import ctypes
 import os
@@ -53,5 +55,12 @@ statuses.pop("VCATTN_STATUS_COUNT")
 mirrored = {"VCATTN_" + ("" if s.name == "OK" else "ERR_") + s.name: int(s) for s in _capi.Status}
 check(mirrored == statuses, "status codes differ: header %s, mirror %s" % (
     sorted(set(statuses.items()) - set(mirrored.items())), sorted(set(mirrored.items()) - set(statuses.items()))))
+
+# docs/api.md's table of config fields names every field of the header's struct
+api_md = open(os.path.join(here, "..", "..", "docs", "api.md")).read()
+documented = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)? \|", api_md, flags=re.M))
+documented = {n for pair in documented for n in pair if n}
+missing = [n for n, _ in c_fields("vcattn_config") if n not in documented]
+check(not missing, "docs/api.md's config table lacks %s" % missing)
 
 finish("test_abi")
