@@ -13,6 +13,8 @@
 
 #include <type_traits>
 
+constexpr uint32_t kTurnThreads = 256;  // both consumer warpgroups meet at a turn barrier
+
 // Consumer w (0 or 1) runs the T tiles (the last with tail_keys keys) into
 // st; its thread is (warp, g, t).
 template <int D, bool EXPCAST, bool VSMOOTH, bool QSMOOTH, typename Shared>
@@ -20,7 +22,7 @@ __device__ __forceinline__ void consume(const vc_attention_params &p, Shared &sm
                                         RowState<D, EXPCAST, VSMOOTH, QSMOOTH> &st, int T, int tail_keys, int w,
                                         int warp, int g, int t) {
     const uint32_t my_turn = kBarrierTurn + w, other_turn = kBarrierTurn + (1 - w);
-    if (w == 1) named_barrier_arrive(other_turn, 256);  // consumer 0 goes first
+    if (w == 1) named_barrier_arrive(other_turn, kTurnThreads);  // consumer 0 goes first
     const uint64_t qd = q_desc(sm.q[w]);
     // The slots' descriptors differ by a constant: slot s's is the first's
     // advanced by s slots (one uniform multiply-add per tile).
@@ -34,9 +36,9 @@ __device__ __forceinline__ void consume(const vc_attention_params &p, Shared &sm
         int32_t sacc[64];
         uint32_t words[64];
         sm.k_ring.wait_full(0);
-        named_barrier_sync(my_turn, 256);
+        named_barrier_sync(my_turn, kTurnThreads);
         st.issue_qk(sacc, qd, k_desc0);
-        named_barrier_arrive(other_turn, 256);
+        named_barrier_arrive(other_turn, kTurnThreads);
         wgmma_wait<0>();
         fence_regs<64>(sacc);
         const float kmul = lds_float(smem_addr(&sm.kmul[0][t]));  // read before the slot is released
@@ -70,10 +72,10 @@ __device__ __forceinline__ void consume(const vc_attention_params &p, Shared &sm
         float alpha0, alpha1;
         sm.k_ring.wait_full(j);
         sm.v_ring.wait_full(j - 1);
-        named_barrier_sync(my_turn, 256);
+        named_barrier_sync(my_turn, kTurnThreads);
         st.issue_qk(sacc, qd, desc_advance(k_desc0, ks * Sizes<D>::k));
         issue_pv_group(pacc, j - 1, vs, mean);
-        named_barrier_arrive(other_turn, 256);
+        named_barrier_arrive(other_turn, kTurnThreads);
         wgmma_wait<1>();  // QK(j) done
         fence_regs<64>(sacc);
         const float kmul = lds_float(smem_addr(&sm.kmul[ks][t]));  // read before the slot is released
@@ -122,10 +124,10 @@ __device__ __forceinline__ void consume(const vc_attention_params &p, Shared &sm
         const int x = T - 1, vs = sm.v_ring.slot(x);
         float pacc[D / 2 + 4];
         sm.v_ring.wait_full(x);
-        named_barrier_sync(my_turn, 256);
+        named_barrier_sync(my_turn, kTurnThreads);
         if (x >= kMeanTiles && x % kMeanTiles == 0) issue_pv_group(pacc, x, vs, kMean);
         else issue_pv_group(pacc, x, vs, kNoMean);
-        if (w == 0) named_barrier_arrive(other_turn, 256);  // consumer 1 takes the last turn
+        if (w == 0) named_barrier_arrive(other_turn, kTurnThreads);  // consumer 1 takes the last turn
         wgmma_wait<0>();
         fence_regs<D / 2 + 4>(pacc);
         fence_regs<16>(st.p);
