@@ -21,12 +21,17 @@ routes = collections.Counter()
 torch_sdpa = torch._C._nn.scaled_dot_product_attention
 
 
-def _as_4d(t):
+def _shape_4d(shape):
     """[..., H, L, E] as [B, H, L, E]: the batch dims flattened into one (one
-    head for a 3-D tensor), a view where the strides allow it."""
-    if t.dim() == 3:
-        return t.unsqueeze(1)
-    return t if t.dim() == 4 else t.reshape(-1, *t.shape[-3:])
+    head for a 3-D shape)."""
+    if len(shape) == 3:
+        return (shape[0], 1, *shape[1:])
+    return tuple(shape) if len(shape) == 4 else (-1, *shape[-3:])
+
+
+def _as_4d(t):
+    """t viewed (or, where the strides do not allow a view, copied) as _shape_4d says."""
+    return t if t.dim() == 4 else t.reshape(_shape_4d(t.shape))
 
 
 def _why_not(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
@@ -46,18 +51,18 @@ def _why_not(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         return "device"
     if not (query.dtype == key.dtype == value.dtype) or query.dtype not in _torch_op._DTYPES:
         return "dtype"
-    query, key, value = (_as_4d(t) for t in (query, key, value))
-    d = query.shape[-1]
-    if key.shape[-1] != d or value.shape[-1] != d or key.shape[2] != value.shape[2] or \
-            query.shape[0] != key.shape[0] or key.shape[:2] != value.shape[:2]:
+    # the shapes as 4-D, compared without reshaping (a reshape may copy)
+    qs, ks, vs = (_shape_4d(t.shape) for t in (query, key, value))
+    d = qs[-1]
+    if ks[-1] != d or vs[-1] != d or ks[2] != vs[2] or ks[:2] != vs[:2] or qs[0] != ks[0]:
         return "shape"  # SDPA's own message, or its broadcasting
-    if query.shape[1] != key.shape[1] and not (enable_gqa and query.shape[1] % key.shape[1] == 0):
+    if qs[1] != ks[1] and not (enable_gqa and qs[1] % ks[1] == 0):
         return "heads"  # SDPA raises without enable_gqa, as it should
-    if 0 in tuple(query.shape) or 0 in tuple(key.shape):
+    if query.numel() == 0 or key.numel() == 0:
         return "empty"
     if d % 8 or d > (max(_core._GPU_HEAD_DIMS) if query.is_cuda else 256):
         return "head_dim"
-    if _core.too_short_for_gpu(query.device.type, key.shape[2]):
+    if _core.too_short_for_gpu(query.device.type, ks[2]):
         return "short"  # faster on SDPA (vcattn.set_sdpa_below_keys)
     return None
 
