@@ -476,10 +476,11 @@ struct v_args {
     probe_args probe;      // the attention probe's outputs when probe.rows > 0
 };
 
-// The attention probe's code bytes of 64 probe rows for one tile, and their
+// The attention probe's code bytes of 32 probe rows for one tile, and their
 // factors, copied into shared memory asynchronously, so that the first batch
-// is in flight while the block loads V's tile.
-constexpr int kProbeBatch = 64;
+// is in flight while the block loads V's tile. 32 rows (not 64) keep the
+// statistics kernel's shared memory to five blocks an SM at 16-bit V.
+constexpr int kProbeBatch = 32;
 struct probe_batch {
     alignas(16) uint8_t codes[kProbeBatch * VC_KV_ROWS];
     double factor[kProbeBatch];
