@@ -1,8 +1,9 @@
 """vcattn.comfyui: ComfyUI's attention-function signature and the model
 patch, on the CPU (or the GPU with VCATTN_TEST_DEVICE=cuda). ComfyUI itself
-is not a package: with VCATTN_COMFYUI naming a ComfyUI checkout, its own
-attention module is driven through the override too; without it that part
-says it is skipped. Exits 77 without torch."""
+is not a package: with VCATTN_COMFYUI naming a ComfyUI checkout (and its
+einops and psutil installed), its own attention module and a tiny random Wan
+built from its own model code are driven through the override too; without
+it that part says it is not run. Exits 77 without torch."""
 import functools
 import os
 import sys
@@ -115,11 +116,14 @@ with torch.no_grad():
     check(all(comfyui.patch(original, m) is not None for m in methods), "node: a method it offers is refused")
     raises(ValueError, lambda: comfyui.patch(original, "nope"), "unknown method", "patch: unknown method")
 
-    # ComfyUI's own attention module, when a checkout is named
+    # ComfyUI itself, when a checkout is named: its attention module, and a
+    # tiny random Wan built from its own model code, through the override
     root = os.environ.get("VCATTN_COMFYUI")
     if root:
         sys.path.insert(0, root)
         sys.argv = sys.argv[:1] + (["--cpu"] if device == "cpu" else [])
+        import comfy.options
+        comfy.options.enable_args_parsing()  # ComfyUI reads its flags (--cpu) only when asked to
         from comfy.ldm.modules import attention as comfy_attention
         options = {"optimized_attention_override": comfyui.override}
         got = comfy_attention.optimized_attention(q, k, v, H, transformer_options=options)
@@ -127,7 +131,31 @@ with torch.no_grad():
         plain = comfy_attention.optimized_attention(q, k, v, H)
         err = rel(got, plain)
         check(err < 0.05, "ComfyUI's own attention against vcattn's: relative difference %.3g" % err)
+
+        import comfy.ops
+        from comfy.ldm.wan.model import WanModel
+        before = vcattn.set_sdpa_below_keys(0)  # tiny sequences: vcattn itself, not the length rule's SDPA
+        torch.manual_seed(1)
+        wan = WanModel(model_type="t2v", patch_size=(1, 2, 2), text_len=32, in_dim=16, dim=256, ffn_dim=512,
+                       freq_dim=64, text_dim=64, out_dim=16, num_heads=2, num_layers=2,
+                       operations=comfy.ops.manual_cast, device=device, dtype=dtype)
+        for p in wan.parameters():
+            torch.nn.init.normal_(p, std=0.05)
+        latent = torch.randn(1, 16, 3, 24, 32, device=device, dtype=dtype)  # 3 x 12 x 16 = 576 tokens
+        timestep = torch.tensor([500.0], device=device)
+        context = torch.randn(1, 32, 64, device=device, dtype=dtype)
+        stock = wan(latent, timestep, context)
+        ran = vcattn.sdpa_routes["vcattn"]
+        patched = comfyui.patch(FakePatcher({"transformer_options": {}}))
+        got = wan(latent, timestep, context, transformer_options=patched.model_options["transformer_options"])
+        ran = vcattn.sdpa_routes["vcattn"] - ran
+        vcattn.set_sdpa_below_keys(before)
+        check(ran == 4, "ComfyUI's Wan: %d attention calls ran on vcattn, not 4 (self and cross, two blocks)" % ran)
+        err = rel(got, stock)
+        print("test_comfyui: ComfyUI's Wan (its own model code, 2 blocks, 576 tokens): vcattn against its default "
+              "attention, relative difference %.3g" % err)
+        check(err < 0.05, "ComfyUI's Wan with vcattn against its default attention: relative difference %.3g" % err)
     else:
-        print("test_comfyui: ComfyUI's own attention module not driven (VCATTN_COMFYUI names no checkout)")
+        print("test_comfyui: ComfyUI itself not driven (VCATTN_COMFYUI names no checkout)")
 
 finish("test_comfyui")
