@@ -1,9 +1,9 @@
 """vcattn.comfyui: ComfyUI's attention-function signature and the model
 patch, on the CPU (or the GPU with VCATTN_TEST_DEVICE=cuda). ComfyUI itself
 is not a package: with VCATTN_COMFYUI naming a ComfyUI checkout (and its
-einops and psutil installed), its own attention module and a tiny random Wan
-built from its own model code are driven through the override too; without
-it that part says it is not run. Exits 77 without torch."""
+einops and psutil installed), its own attention module and tiny random Wan
+and HunyuanVideo models built from its own model code are driven through the
+patch too; without it that part says it is not run. Exits 77 without torch."""
 import functools
 import os
 import sys
@@ -144,17 +144,35 @@ with torch.no_grad():
         latent = torch.randn(1, 16, 3, 24, 32, device=device, dtype=dtype)  # 3 x 12 x 16 = 576 tokens
         timestep = torch.tensor([500.0], device=device)
         context = torch.randn(1, 32, 64, device=device, dtype=dtype)
-        stock = wan(latent, timestep, context)
-        ran = vcattn.sdpa_routes["vcattn"]
         patched = comfyui.patch(FakePatcher({"transformer_options": {}}))
-        got = wan(latent, timestep, context, transformer_options=patched.model_options["transformer_options"])
-        ran = vcattn.sdpa_routes["vcattn"] - ran
+        options = patched.model_options["transformer_options"]
+
+        def through_vcattn(label, model, calls, *inputs, **kw):
+            stock = model(*inputs, **kw)
+            ran = vcattn.sdpa_routes["vcattn"]
+            got = model(*inputs, transformer_options=options, **kw)
+            ran = vcattn.sdpa_routes["vcattn"] - ran
+            check(ran == calls, "ComfyUI's %s: %d attention calls ran on vcattn, not %d" % (label, ran, calls))
+            err = rel(got, stock)
+            print("test_comfyui: ComfyUI's %s: vcattn against its default attention, relative difference %.3g"
+                  % (label, err))
+            check(err < 0.05, "ComfyUI's %s with vcattn against its default attention: relative difference %.3g"
+                  % (label, err))
+
+        # self and cross attention in each of two blocks ([B, N, H*D] calls)
+        through_vcattn("Wan (2 blocks, 576 tokens)", wan, 4, latent, timestep, context)
+
+        from comfy.ldm.hunyuan_video.model import HunyuanVideo
+        hunyuan = HunyuanVideo(in_channels=16, out_channels=16, vec_in_dim=32, context_in_dim=64, hidden_size=256,
+                               mlp_ratio=2.0, num_heads=2, depth=1, depth_single_blocks=1, axes_dim=[16, 56, 56],
+                               theta=256, patch_size=[1, 2, 2], qkv_bias=True, guidance_embed=False, byt5=False,
+                               meanflow=False, operations=comfy.ops.manual_cast, device=device, dtype=dtype)
+        for p in hunyuan.parameters():
+            torch.nn.init.normal_(p, std=0.05)
+        # the text refiner's two blocks, then joint attention ([B, H, N, D] calls) in a double and a single block
+        through_vcattn("HunyuanVideo (1 + 1 blocks, 596 tokens)", hunyuan, 4, latent, timestep, context[:, :20],
+                       y=torch.randn(1, 32, device=device, dtype=dtype))
         vcattn.set_sdpa_below_keys(before)
-        check(ran == 4, "ComfyUI's Wan: %d attention calls ran on vcattn, not 4 (self and cross, two blocks)" % ran)
-        err = rel(got, stock)
-        print("test_comfyui: ComfyUI's Wan (its own model code, 2 blocks, 576 tokens): vcattn against its default "
-              "attention, relative difference %.3g" % err)
-        check(err < 0.05, "ComfyUI's Wan with vcattn against its default attention: relative difference %.3g" % err)
     else:
         print("test_comfyui: ComfyUI itself not driven (VCATTN_COMFYUI names no checkout)")
 
