@@ -116,8 +116,8 @@ with torch.no_grad():
     check(all(comfyui.patch(original, m) is not None for m in methods), "node: a method it offers is refused")
     raises(ValueError, lambda: comfyui.patch(original, "nope"), "unknown method", "patch: unknown method")
 
-    # ComfyUI itself, when a checkout is named: its attention module, and a
-    # tiny random Wan built from its own model code, through the override
+    # ComfyUI itself, when a checkout is named: its attention module, and tiny
+    # random Wan and HunyuanVideo models built from its own code, through the patch
     root = os.environ.get("VCATTN_COMFYUI")
     if root:
         sys.path.insert(0, root)
@@ -145,12 +145,12 @@ with torch.no_grad():
         timestep = torch.tensor([500.0], device=device)
         context = torch.randn(1, 32, 64, device=device, dtype=dtype)
         patched = comfyui.patch(FakePatcher({"transformer_options": {}}))
-        options = patched.model_options["transformer_options"]
+        patched_options = patched.model_options["transformer_options"]
 
         def through_vcattn(label, model, calls, *inputs, **kw):
             stock = model(*inputs, **kw)
             ran = vcattn.sdpa_routes["vcattn"]
-            got = model(*inputs, transformer_options=options, **kw)
+            got = model(*inputs, transformer_options=patched_options, **kw)
             ran = vcattn.sdpa_routes["vcattn"] - ran
             check(ran == calls, "ComfyUI's %s: %d attention calls ran on vcattn, not %d" % (label, ran, calls))
             err = rel(got, stock)
