@@ -168,17 +168,20 @@ static void compare(const shape_t *s, const output_t *a, const output_t *b, cons
 /* A method's preset with ExpCast at every key count, so that the kernels'
  * ExpCast path runs at these test sizes (the fallback below
  * expcast_min_keys has its own test, run_expcast_min_keys). */
-/* A preset; "+probe32" is "+probe" with 32 probe rows (the probe's passes of 32). */
+/* A preset; "+probeN" (a number after "+probe", last in the name) is
+ * "+probe" with N probe rows: 32 for the probe's passes of 32, more than 64
+ * for several passes. */
 static vcattn_config method_config(const char *m) {
     vcattn_config c;
     char base[64];
-    const char *p32 = strstr(m, "+probe32");
-    if (p32) {
-        snprintf(base, sizeof base, "%.*s+probe", (int)(p32 - m), m);
+    const char *probe = strstr(m, "+probe");
+    int rows = probe && probe[6] >= '0' && probe[6] <= '9' ? atoi(probe + 6) : 0;
+    if (rows) {
+        snprintf(base, sizeof base, "%.*s+probe", (int)(probe - m), m);
         m = base;
     }
     vcattn_config_from_method(m, &c);
-    if (p32) c.vsmooth_probe_rows = 32;
+    if (rows) c.vsmooth_probe_rows = rows;
     c.expcast_min_keys = 0;
     return c;
 }
@@ -707,6 +710,8 @@ int main(int argc, char **argv) {
         {"probe D=64 tail", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, "vsmooth+probe", 0},
         {"probe32 attended keys GQA", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 0, "vc+probe32", V_ATTENDED},
         {"probe32 D=64 tail", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, "vsmooth+probe32", 0},
+        /* more rows than a pass takes: passes of 64, the last one partial */
+        {"probe200 attended keys GQA", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+probe200", V_ATTENDED},
     };
     for (size_t i = 0; i < sizeof probe_shapes / sizeof probe_shapes[0]; i++)
         if (wanted(&probe_shapes[i])) {
