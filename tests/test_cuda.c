@@ -167,10 +167,9 @@ static void compare(const shape_t *s, const output_t *a, const output_t *b, cons
 
 /* A method's preset with ExpCast at every key count, so that the kernels'
  * ExpCast path runs at these test sizes (the fallback below
- * expcast_min_keys has its own test, run_expcast_min_keys). */
-/* A preset; "+probeN" (a number after "+probe", last in the name) is
- * "+probe" with N probe rows: 32 for the probe's passes of 32, more than 64
- * for several passes. */
+ * expcast_min_keys has its own test, run_expcast_min_keys). "+probeN" (a
+ * number after "+probe", last in the name) is "+probe" with N probe rows:
+ * 32 for the probe's passes of 32, more than 64 for several passes. */
 static vcattn_config method_config(const char *m) {
     vcattn_config c;
     char base[64];
