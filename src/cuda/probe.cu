@@ -46,11 +46,11 @@ __device__ __forceinline__ int ordered_key(float f) {
 }
 __device__ __forceinline__ float ordered_float(int key) { return __int_as_float(key >= 0 ? key : key ^ 0x7fffffff); }
 
-// Key tiles a block scores in turn, the next tile's keys copied in while
-// the block scores the current one (its probe rows loaded once when one pass
-// takes them all).
-constexpr int kTilesPerBlock = 4;
-static_assert(kTilesPerBlock % 2 == 0, "a block's first tile is even: tile t uses key buffer t & 1");
+// Key tiles a block scores in turn (a run), the next tile's keys copied in
+// while the block scores the current one (its probe rows loaded once when
+// one pass takes them all): at most kMaxRun, and fewer where runs would
+// leave SMs idle. Each tile's outputs are its own: runs change no bit.
+constexpr int kMaxRun = 4;
 
 // The dynamic shared memory of probe_tile_kernel<D>: two key tiles and a
 // pass's probe rows, INT8, each as D/16 slabs of 16 channels ([slab][row][16]:
@@ -103,7 +103,7 @@ __device__ void load_rows(const probe_args &a, int b, int h, int base, int8_t *r
     }
 }
 
-// kTilesPerBlock 128-key tiles of one key head against the probe rows, R at
+// A run of 128-key tiles of one key head against the probe rows, R at
 // a time: the integer scores of a pass on the tensor cores (int8 in, exact
 // int32 out: the dp4a sums to the bit), then each row by the threads
 // pass_shape gives it (shared-memory reads free of bank conflicts), so the
@@ -113,7 +113,7 @@ __device__ void load_rows(const probe_args &a, int b, int h, int base, int8_t *r
 // passes of 32 rows fit four (64 registers, no spill; five spill), of 64
 // three.
 template <int D, int R>
-__global__ void __launch_bounds__(kThreads, R == 32 ? 4 : 3) probe_tile_kernel(probe_args a, int tiles) {
+__global__ void __launch_bounds__(kThreads, R == 32 ? 4 : 3) probe_tile_kernel(probe_args a, int tiles, int run) {
     using namespace nvcuda;
     using smem = probe_smem<D, R>;
     using shape = pass_shape<R>;
@@ -128,12 +128,12 @@ __global__ void __launch_bounds__(kThreads, R == 32 ? 4 : 3) probe_tile_kernel(p
     const int h = blockIdx.y, b = blockIdx.z;
     const int64_t head = (int64_t)b * a.heads_kv + h;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int first = blockIdx.x * kTilesPerBlock, last = min(tiles, first + kTilesPerBlock);
+    const int first = blockIdx.x * run, last = min(tiles, first + run);
 
-    fetch_keys<D>(a, head, first, tiles, key_buf, kmul_buf[0]);
+    fetch_keys<D>(a, head, first, tiles, key_buf + (first & 1) * smem::kKeys, kmul_buf[first & 1]);
     if (a.rows <= R) load_rows<D, R>(a, b, h, 0, rows, row_mul, row_head);  // one pass takes them all
     for (int tile = first; tile < last; tile++) {
-        const int buf = tile & 1;  // first is even
+        const int buf = tile & 1;
         const int8_t *keys = key_buf + buf * smem::kKeys;
         const float *kmul = kmul_buf[buf];
         __syncthreads();  // the previous tile is done with the other buffer and the scores
@@ -290,11 +290,18 @@ __global__ void __launch_bounds__(kRowsThreads) probe_rows_kernel(probe_args a, 
 
 template <int D, int R>
 cudaError_t launch_probe_tiles(const probe_args &a, int tiles, cudaStream_t stream) {
-    const cudaError_t err = cudaFuncSetAttribute(probe_tile_kernel<D, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 probe_smem<D, R>::kBytes);
+    cudaError_t err = cudaFuncSetAttribute(probe_tile_kernel<D, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           probe_smem<D, R>::kBytes);
+    int device = 0, sms = 0;
+    if (err == cudaSuccess) err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (err != cudaSuccess) return err;
-    const dim3 grid((tiles + kTilesPerBlock - 1) / kTilesPerBlock, a.heads_kv, a.batch);
-    probe_tile_kernel<D, R><<<grid, kThreads, probe_smem<D, R>::kBytes, stream>>>(a, tiles);
+    // Runs as long as at least two waves of blocks remain (R 32: four blocks an SM, R 64: three).
+    const int64_t waves2 = (int64_t)sms * (R == 32 ? 4 : 3) * 2;
+    const int64_t fit = (int64_t)tiles * a.heads_kv * a.batch / waves2;
+    const int run = fit < 1 ? 1 : fit > kMaxRun ? kMaxRun : (int)fit;
+    const dim3 grid((tiles + run - 1) / run, a.heads_kv, a.batch);
+    probe_tile_kernel<D, R><<<grid, kThreads, probe_smem<D, R>::kBytes, stream>>>(a, tiles, run);
     return cudaSuccess;
 }
 
