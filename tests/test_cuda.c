@@ -715,6 +715,7 @@ int main(int argc, char **argv) {
         /* enough key tiles that blocks score runs of them (two waves and more) */
         {"probe32 runs of tiles", 1, 40, 40, 17, 16461, 64, 0, 0, VCATTN_DTYPE_BF16, 0, "vsmooth+probe32", 0},
         {"probe runs of tiles", 1, 40, 40, 17, 16461, 64, 0, 0, VCATTN_DTYPE_BF16, 1, "vsmooth+probe", 0},
+        {"probe200 runs of tiles", 1, 40, 40, 300, 16461, 64, 0, 0, VCATTN_DTYPE_BF16, 0, "vsmooth+probe200", 0},
     };
     for (size_t i = 0; i < sizeof probe_shapes / sizeof probe_shapes[0]; i++)
         if (wanted(&probe_shapes[i])) {
