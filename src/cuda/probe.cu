@@ -145,7 +145,10 @@ __global__ void __launch_bounds__(kThreads, R == 32 ? 4 : 3) probe_tile_kernel(p
         }
         const int count = min(VC_KV_ROWS, a.tokens_k - tile * VC_KV_ROWS);
         for (int base = 0; base < a.rows; base += R) {
-            if (a.rows > R) load_rows<D, R>(a, b, h, base, rows, row_mul, row_head);  // the last pass's products are done
+            if (a.rows > R) {
+                if (base > 0) __syncthreads();  // the last pass's rows are done with row_mul and row_head
+                load_rows<D, R>(a, b, h, base, rows, row_mul, row_head);
+            }
             __syncthreads();  // this tile's keys (every thread's copies) and the pass's rows are in
             {  // scores[r][j] = rows[r] . keys[j]: warp w, row tile w % T, key tiles T (w / T).. (T row tiles)
                 constexpr int T = shape::kRowTiles;
