@@ -711,6 +711,11 @@ int main(int argc, char **argv) {
         {"probe32 D=64 tail", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, "vsmooth+probe32", 0},
         /* more rows than a pass takes: passes of 64, the last one partial */
         {"probe200 attended keys GQA", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+probe200", V_ATTENDED},
+        /* enough key tiles that blocks score runs of them (two waves and more; on
+         * 132 SMs runs of four, and of three at 200 rows: odd first tiles) */
+        {"probe32 runs of tiles", 1, 40, 40, 17, 16461, 64, 0, 0, VCATTN_DTYPE_BF16, 0, "vsmooth+probe32", 0},
+        {"probe runs of tiles", 1, 40, 40, 17, 16461, 64, 0, 0, VCATTN_DTYPE_BF16, 1, "vsmooth+probe", 0},
+        {"probe200 runs of tiles", 1, 20, 20, 300, 16461, 64, 0, 0, VCATTN_DTYPE_BF16, 0, "vsmooth+probe200", 0},
     };
     for (size_t i = 0; i < sizeof probe_shapes / sizeof probe_shapes[0]; i++)
         if (wanted(&probe_shapes[i])) {
