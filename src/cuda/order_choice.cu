@@ -18,13 +18,15 @@ namespace {
 // operand (row_tiles 64-row tiles a head, zeroed by the caller past rows).
 __global__ void gather_rows_kernel(sampled_rows a, const int8_t *q_codes, const float *q_mul, int q_tiles) {
     const int s = blockIdx.x, d = a.head_dim;
-    const int64_t head = blockIdx.y, i = vsmooth_probe_row(s, a.tokens_q);
-    const int8_t *src = q_codes + (head * q_tiles + i / VC_Q_ROWS) * (int64_t)VC_Q_ROWS * d;
-    int8_t *dst = a.q_codes + (head * a.row_tiles + s / VC_Q_ROWS) * (int64_t)VC_Q_ROWS * d;
-    for (int c = threadIdx.x; c < d; c += blockDim.x)
-        dst[vc_tile_offset(s % VC_Q_ROWS, c, VC_Q_ROWS)] = src[vc_tile_offset((uint32_t)(i % VC_Q_ROWS), c, VC_Q_ROWS)];
-    if (threadIdx.x == 0)
-        a.q_mul[head * a.row_tiles * VC_Q_ROWS + s] = q_mul[head * q_tiles * VC_Q_ROWS + i];
+    const int64_t i = vsmooth_probe_row(s, a.tokens_q), heads = (int64_t)a.batch * a.heads_q;
+    for (int64_t head = blockIdx.y; head < heads; head += gridDim.y) {
+        const int8_t *src = q_codes + (head * q_tiles + i / VC_Q_ROWS) * (int64_t)VC_Q_ROWS * d;
+        int8_t *dst = a.q_codes + (head * a.row_tiles + s / VC_Q_ROWS) * (int64_t)VC_Q_ROWS * d;
+        for (int c = threadIdx.x; c < d; c += blockDim.x)
+            dst[vc_tile_offset(s % VC_Q_ROWS, c, VC_Q_ROWS)] =
+                src[vc_tile_offset((uint32_t)(i % VC_Q_ROWS), c, VC_Q_ROWS)];
+        if (threadIdx.x == 0) a.q_mul[head * a.row_tiles * VC_Q_ROWS + s] = q_mul[head * q_tiles * VC_Q_ROWS + i];
+    }
 }
 
 // Element c of row n after RoPE (as the quantizers rotate: for a pair (xa,
@@ -207,7 +209,8 @@ cudaError_t gather_sampled_rows(const sampled_rows &a, const int8_t *q_codes, co
     cudaError_t err = cudaMemsetAsync(a.q_codes, 0, heads * a.row_tiles * VC_Q_ROWS * a.head_dim, stream);
     if (err == cudaSuccess) err = cudaMemsetAsync(a.q_mul, 0, heads * a.row_tiles * VC_Q_ROWS * sizeof(float), stream);
     if (err != cudaSuccess) return err;
-    gather_rows_kernel<<<dim3(a.rows, (unsigned)heads), 128, 0, stream>>>(a, q_codes, q_mul, q_tiles);
+    gather_rows_kernel<<<dim3(a.rows, (unsigned)(heads < 65535 ? heads : 65535)), 128, 0, stream>>>(a, q_codes, q_mul,
+                                                                                                  q_tiles);
     return cudaGetLastError();
 }
 
