@@ -639,6 +639,7 @@ vcattn_status choose_orders(call_state &cs, const vcattn_config *cfg, const call
     const int rows = cfg->vsmooth_order_rows, row_tiles = (rows + 2 * VC_Q_ROWS - 1) / (2 * VC_Q_ROWS) * 2;
     const int group = (int)(c.Hq / c.Hkv);
     sampled_rows a = {(int)c.B, (int)c.Hq, (int)c.Hkv, (int)c.Nq, (int)c.Nk, (int)D, rows, row_tiles};
+    plan_reference_splits(&a);
     carver measure = {nullptr};
     auto lay_out = [&](carver &w) {
         a.q_codes = w.take<int8_t>(qh * row_tiles * VC_Q_ROWS * D);
@@ -646,6 +647,8 @@ vcattn_status choose_orders(call_state &cs, const vcattn_config *cfg, const call
         a.out_kmeans = w.take<float>(qh * rows * D);
         a.out_principal = w.take<float>(qh * rows * D);
         a.reference = w.take<float>(qh * rows * D);
+        a.part_o = w.take<float>(a.splits * qh * rows * D);
+        a.part_ml = w.take<float>(a.splits * qh * rows * 2);
         a.choice = w.take<int>(kvh);
     };
     lay_out(measure);

@@ -130,13 +130,21 @@ struct call_tensors {
 // for s < rows), as a Q operand of row_tiles 64-row tiles a head; each
 // order's output on them and the reference ([B*Hq][rows][D] floats); the
 // choice per key head (1: the principal order).
+// The reference splits the keys into `splits` ranges of split_keys, each
+// range's unnormalized output and row maximum and sum in part_o / part_ml
+// ([splits][B*Hq][rows]), combined in a fixed order.
 struct sampled_rows {
     int batch, heads_q, heads_kv, tokens_q, tokens_k, head_dim, rows, row_tiles;
+    int splits, split_keys;
     int8_t *q_codes;
     float *q_mul;
     float *out_kmeans, *out_principal, *reference;
+    float *part_o, *part_ml;
     int *choice;
 };
+// Sets a.splits and a.split_keys from the shape alone (the sums do not
+// depend on the device).
+void plan_reference_splits(sampled_rows *a);
 cudaError_t gather_sampled_rows(const sampled_rows &a, const int8_t *q_codes, const float *q_mul, int q_tiles,
                                 cudaStream_t stream);
 // BF16 tensor-core attention of the sampled rows from the inputs (RoPE

@@ -29,38 +29,54 @@ __global__ void gather_rows_kernel(sampled_rows a, const int8_t *q_codes, const 
     }
 }
 
-// Element c of row n after RoPE (as the quantizers rotate: for a pair (xa,
-// xb), xa co - xb si and xa si + xb co).
-__device__ float rotated(const dev_tensor &t, const dev_rope &rope, int b, int h, int64_t n, int c, int d) {
-    const float x = load_elem(t, b, h, n, c);
-    if (!rope.cos_tab) return x;
-    int pair, partner;
-    bool first;
+// Elements [c, c + 8) of row n of head (b, h) after RoPE, as the quantizers
+// rotate: for a pair (xa, xb), xa co - xb si and xa si + xb co.
+__device__ void rotated8(const dev_tensor &t, const dev_rope &rope, int b, int h, int64_t n, int c, int d, float *x) {
+    load_row8(t, b, h, n, c, x);
+    if (!rope.cos_tab) return;
+    const float *co = rope.cos_tab + n * (d / 2), *si = rope.sin_tab + n * (d / 2);
     if (rope.half_split) {
-        pair = c % (d / 2);
-        first = c < d / 2;
-        partner = first ? c + d / 2 : c - d / 2;
+        const bool first = c < d / 2;
+        const int pair = first ? c : c - d / 2;
+        float y[8];
+        load_row8(t, b, h, n, first ? c + d / 2 : c - d / 2, y);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            x[i] = first ? x[i] * co[pair + i] - y[i] * si[pair + i] : y[i] * si[pair + i] + x[i] * co[pair + i];
     } else {
-        pair = c / 2;
-        first = (c & 1) == 0;
-        partner = c ^ 1;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float xa = x[2 * i], xb = x[2 * i + 1], cp = co[c / 2 + i], sp = si[c / 2 + i];
+            x[2 * i] = xa * cp - xb * sp;
+            x[2 * i + 1] = xa * sp + xb * cp;
+        }
     }
-    const float co = rope.cos_tab[n * (d / 2) + pair], si = rope.sin_tab[n * (d / 2) + pair];
-    const float y = load_elem(t, b, h, n, partner);
-    return first ? x * co - y * si : y * si + x * co;
 }
 
-// The reference: 64 sampled rows of one query head (16 a warp) against
-// every key, as a tensor-core kernel forms attention: BF16 q, k and v, FP32
-// scores, running maxima and sums, the probabilities rounded to BF16 before
-// P V (docs/fidelity.md measures what this reference costs the choice).
+__device__ void store_bf16x8(__nv_bfloat16 *dst, const float *x) {
+    __align__(16) __nv_bfloat16 h[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) h[i] = __float2bfloat16_rn(x[i]);
+    *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(h);
+}
+
+// The reference: 64 sampled rows of one query head (16 a warp) against one
+// range of keys, as a tensor-core kernel forms attention: BF16 q, k and v,
+// FP32 scores, running maxima and sums, the probabilities rounded to BF16
+// before P V (docs/fidelity.md measures what this reference costs the
+// choice). Rows padded by 8 halves / 4 floats so that fragment loads hit
+// distinct banks.
 constexpr int kRefRows = 64, kRefKeys = 64, kRefWarps = kRefRows / 16, kRefThreads = 32 * kRefWarps;
+// Blocks the splits aim at (eight waves of two blocks an SM on an H100).
+constexpr int kRefBlocks = 2048;
+// 16-byte chunks of a tile a thread loads before it stores any.
+constexpr int kRefBatch = 4;
 
 template <int D> struct ref_smem {
-    __nv_bfloat16 q[kRefRows][D], k[kRefKeys][D], v[kRefKeys][D];
-    float s[kRefRows][kRefKeys];
-    __nv_bfloat16 p[kRefRows][kRefKeys];
-    float o[kRefRows][D];
+    __nv_bfloat16 q[kRefRows][D + 8], k[kRefKeys][D + 8], v[kRefKeys][D + 8];
+    float s[kRefRows][kRefKeys + 4];
+    __nv_bfloat16 p[kRefRows][kRefKeys + 8];
+    float o[kRefRows][D + 4];
     float m[kRefRows], l[kRefRows], alpha[kRefRows];
 };
 
@@ -69,29 +85,46 @@ __global__ void __launch_bounds__(kRefThreads) reference_kernel(sampled_rows a, 
     using namespace nvcuda;
     extern __shared__ __align__(128) uint8_t ref_bytes[];
     ref_smem<D> &sm = *reinterpret_cast<ref_smem<D> *>(ref_bytes);
-    const int tile = blockIdx.x, hq = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
-    const int warp = tid / 32, lane = tid % 32, group = a.heads_q / a.heads_kv, hk = hq / group;
+    const int tile = blockIdx.x, hq = blockIdx.y, b = blockIdx.z / a.splits, split = blockIdx.z % a.splits;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, hk = hq / (a.heads_q / a.heads_kv);
     const int64_t head = (int64_t)b * a.heads_q + hq;
-    for (int e = tid; e < kRefRows * D; e += kRefThreads) {
-        const int r = e / D, c = e % D, s = tile * kRefRows + r;
-        float x = 0.0f;
-        if (s < a.rows) x = rotated(in.q, in.qrope, b, hq, vsmooth_probe_row(s, a.tokens_q), c, D);
-        sm.q[r][c] = __float2bfloat16_rn(x);
-        sm.o[r][c] = 0.0f;
+    constexpr int kChunks = kRefRows * D / 8;  // 16-byte chunks of a tile (q's, k's or v's)
+    for (int e = tid; e < kChunks; e += kRefThreads) {
+        const int r = e / (D / 8), c = e % (D / 8) * 8, s = tile * kRefRows + r;
+        float x[8] = {};
+        if (s < a.rows) rotated8(in.q, in.qrope, b, hq, vsmooth_probe_row(s, a.tokens_q), c, D, x);
+        store_bf16x8(&sm.q[r][c], x);
     }
+    for (int e = tid; e < kRefRows * D; e += kRefThreads) sm.o[e / D][e % D] = 0.0f;
     for (int r = tid; r < kRefRows; r += kRefThreads) {
         sm.m[r] = -INFINITY;
         sm.l[r] = 0.0f;
     }
     const int w0 = 16 * warp;  // the warp's rows
-    for (int j0 = 0; j0 < a.tokens_k; j0 += kRefKeys) {
+    const int key_end = min(a.tokens_k, (split + 1) * a.split_keys);
+    for (int j0 = split * a.split_keys; j0 < key_end; j0 += kRefKeys) {
         __syncthreads();  // the previous tile's k and v are read
-        for (int e = tid; e < kRefKeys * D; e += kRefThreads) {
-            const int r = e / D, c = e % D;
-            const int64_t j = j0 + r;
-            const bool in_range = j < a.tokens_k;
-            sm.k[r][c] = __float2bfloat16_rn(in_range ? rotated(in.k, in.krope, b, hk, j, c, D) : 0.0f);
-            sm.v[r][c] = __float2bfloat16_rn(in_range ? load_elem(in.v, b, hk, j, c) : 0.0f);
+        for (int e0 = tid; e0 < kChunks; e0 += kRefBatch * kRefThreads) {
+            float kx[kRefBatch][8], vx[kRefBatch][8];  // every load in flight before the first store
+#pragma unroll
+            for (int i = 0; i < kRefBatch; i++) {
+                const int e = e0 + i * kRefThreads, r = e / (D / 8), c = e % (D / 8) * 8;
+                const int64_t j = j0 + r;
+#pragma unroll
+                for (int x = 0; x < 8; x++) kx[i][x] = vx[i][x] = 0.0f;
+                if (e < kChunks && j < key_end) {
+                    rotated8(in.k, in.krope, b, hk, j, c, D, kx[i]);
+                    load_row8(in.v, b, hk, j, c, vx[i]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < kRefBatch; i++) {
+                const int e = e0 + i * kRefThreads, r = e / (D / 8), c = e % (D / 8) * 8;
+                if (e < kChunks) {
+                    store_bf16x8(&sm.k[r][c], kx[i]);
+                    store_bf16x8(&sm.v[r][c], vx[i]);
+                }
+            }
         }
         __syncthreads();
         {  // s = q k^T for the warp's 16 rows
@@ -101,11 +134,11 @@ __global__ void __launch_bounds__(kRefThreads) reference_kernel(sampled_rows a, 
             for (int n = 0; n < kRefKeys / 16; n++) {
                 wmma::fill_fragment(fc, 0.0f);
                 for (int kk = 0; kk < D / 16; kk++) {
-                    wmma::load_matrix_sync(fa, &sm.q[w0][16 * kk], D);
-                    wmma::load_matrix_sync(fb, &sm.k[16 * n][16 * kk], D);
+                    wmma::load_matrix_sync(fa, &sm.q[w0][16 * kk], D + 8);
+                    wmma::load_matrix_sync(fb, &sm.k[16 * n][16 * kk], D + 8);
                     wmma::mma_sync(fc, fa, fb, fc);
                 }
-                wmma::store_matrix_sync(&sm.s[w0][16 * n], fc, kRefKeys, wmma::mem_row_major);
+                wmma::store_matrix_sync(&sm.s[w0][16 * n], fc, kRefKeys + 4, wmma::mem_row_major);
             }
         }
         __syncwarp();
@@ -113,7 +146,7 @@ __global__ void __launch_bounds__(kRefThreads) reference_kernel(sampled_rows a, 
             const int r = w0 + lane / 2, k0 = 32 * (lane % 2);
             float mx = -INFINITY;
             for (int i = 0; i < 32; i++) {
-                const float x = j0 + k0 + i < a.tokens_k ? sm.s[r][k0 + i] * score_mul : -INFINITY;
+                const float x = j0 + k0 + i < key_end ? sm.s[r][k0 + i] * score_mul : -INFINITY;
                 sm.s[r][k0 + i] = x;
                 mx = fmaxf(mx, x);
             }
@@ -142,20 +175,46 @@ __global__ void __launch_bounds__(kRefThreads) reference_kernel(sampled_rows a, 
             wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
             for (int n = 0; n < D / 16; n++) {
-                wmma::load_matrix_sync(fc, &sm.o[w0][16 * n], D, wmma::mem_row_major);
+                wmma::load_matrix_sync(fc, &sm.o[w0][16 * n], D + 4, wmma::mem_row_major);
                 for (int kk = 0; kk < kRefKeys / 16; kk++) {
-                    wmma::load_matrix_sync(fa, &sm.p[w0][16 * kk], kRefKeys);
-                    wmma::load_matrix_sync(fb, &sm.v[16 * kk][16 * n], D);
+                    wmma::load_matrix_sync(fa, &sm.p[w0][16 * kk], kRefKeys + 8);
+                    wmma::load_matrix_sync(fb, &sm.v[16 * kk][16 * n], D + 8);
                     wmma::mma_sync(fc, fa, fb, fc);
                 }
-                wmma::store_matrix_sync(&sm.o[w0][16 * n], fc, D, wmma::mem_row_major);
+                wmma::store_matrix_sync(&sm.o[w0][16 * n], fc, D + 4, wmma::mem_row_major);
             }
         }
     }
     __syncthreads();
+    const int64_t part = (int64_t)split * a.batch * a.heads_q + head;
     for (int e = tid; e < kRefRows * D; e += kRefThreads) {
         const int r = e / D, c = e % D, s = tile * kRefRows + r;
-        if (s < a.rows) a.reference[(head * a.rows + s) * D + c] = sm.o[r][c] / sm.l[r];
+        if (s < a.rows) a.part_o[(part * a.rows + s) * D + c] = sm.o[r][c];
+    }
+    for (int r = tid; r < kRefRows; r += kRefThreads) {
+        const int s = tile * kRefRows + r;
+        if (s < a.rows) {
+            a.part_ml[(part * a.rows + s) * 2] = sm.m[r];
+            a.part_ml[(part * a.rows + s) * 2 + 1] = sm.l[r];
+        }
+    }
+}
+
+// The reference of each sampled row from its key ranges, in split order.
+__global__ void combine_splits_kernel(sampled_rows a) {
+    const int64_t head = blockIdx.x, heads = (int64_t)a.batch * a.heads_q, d = a.head_dim;
+    for (int64_t e = threadIdx.x; e < (int64_t)a.rows * d; e += blockDim.x) {
+        const int64_t s = e / d;
+        float m = -INFINITY;
+        for (int i = 0; i < a.splits; i++) m = fmaxf(m, a.part_ml[((i * heads + head) * a.rows + s) * 2]);
+        float l = 0.0f, o = 0.0f;
+        for (int i = 0; i < a.splits; i++) {
+            const int64_t at = (i * heads + head) * a.rows + s;
+            const float w = exp2f(a.part_ml[at * 2] - m);
+            l += a.part_ml[at * 2 + 1] * w;
+            o += a.part_o[at * d + e % d] * w;
+        }
+        a.reference[(head * a.rows + s) * d + e % d] = o / l;
     }
 }
 
@@ -214,13 +273,27 @@ cudaError_t gather_sampled_rows(const sampled_rows &a, const int8_t *q_codes, co
     return cudaGetLastError();
 }
 
+void plan_reference_splits(sampled_rows *a) {
+    const int64_t blocks = (int64_t)(a->rows + kRefRows - 1) / kRefRows * a->batch * a->heads_q;
+    const int key_tiles = (a->tokens_k + kRefKeys - 1) / kRefKeys;
+    int64_t splits = kRefBlocks / blocks;
+    if (splits > key_tiles) splits = key_tiles;
+    if (splits > 65535 / a->batch) splits = 65535 / a->batch;  // grid.z
+    if (splits < 1) splits = 1;
+    const int tiles = (int)((key_tiles + splits - 1) / splits);
+    a->split_keys = tiles * kRefKeys;
+    a->splits = (key_tiles + tiles - 1) / tiles;  // none empty
+}
+
 template <int D>
 cudaError_t launch_reference(const sampled_rows &a, const call_tensors &in, float score_mul, cudaStream_t stream) {
     const int bytes = (int)sizeof(ref_smem<D>);
     cudaError_t err = cudaFuncSetAttribute(reference_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (err != cudaSuccess) return err;
-    const dim3 grid((a.rows + kRefRows - 1) / kRefRows, a.heads_q, a.batch);
+    const dim3 grid((a.rows + kRefRows - 1) / kRefRows, a.heads_q, a.batch * a.splits);
     reference_kernel<D><<<grid, kRefThreads, bytes, stream>>>(a, in, score_mul);
+    if ((err = cudaGetLastError())) return err;
+    combine_splits_kernel<<<a.batch * a.heads_q, 256, 0, stream>>>(a);
     return cudaGetLastError();
 }
 
