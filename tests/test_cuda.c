@@ -615,6 +615,9 @@ static void run_order_choice(vcattn_context *cpu, vcattn_context *gpu) {
         {"order choice attended keys GQA rope", 1, 8, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+probe32",
          V_ATTENDED},
         {"order choice D=64 tail sinks", 1, 4, 4, 300, 1300, 64, 0, 0, VCATTN_DTYPE_F32, 0, "vsmooth", V_SINKS},
+        /* the reference's key ranges of several tiles, the last one partial
+         * (141 tiles of 64 keys in 29 ranges of 5) */
+        {"order choice key ranges", 1, 16, 16, 300, 9000, 64, 0, 0, VCATTN_DTYPE_BF16, 0, "vc+probe32", V_ATTENDED},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape_t *s = &shapes[i];
