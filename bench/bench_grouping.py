@@ -9,6 +9,7 @@ first build's: a change that keeps every sum in its order must give the same
 bits (docs/perf-notes.md, 2026-12-03).
 
     python bench/bench_grouping.py [--libs build/libvcattn.so,other.so] [--shapes wan2.2-720p,seq-32k]
+                                   [--probe-rows N] [--order-rows N]
 """
 import argparse
 import os
@@ -23,8 +24,9 @@ from bench_attention import SHAPES, Vcattn, kernel_ms, time_ms  # noqa: E402
 REFRESH_STEP, PLAIN_STEP = 4, 5  # of a 40-step schedule: in the window, a refresh step / a reuse step
 
 
-def bench_build(vc, label, q, k, v, method, reps):
+def bench_build(vc, label, q, k, v, method, reps, probe_rows=0, order_rows=0):
     cfg, layer, out = vc.config(method), vc.layer(40), torch.empty_like(q)
+    cfg.vsmooth_probe_rows, cfg.vsmooth_order_rows = probe_rows, order_rows
 
     def at_step(step):
         vc.lib.vcattn_layer_set_step(layer, step)
@@ -51,6 +53,8 @@ def main():
     ap.add_argument("--shapes", default="wan2.2-720p,seq-32k")
     ap.add_argument("--method", default="vc")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--probe-rows", type=int, default=0, help="V-Smooth's attention probe rows")
+    ap.add_argument("--order-rows", type=int, default=0, help="sampled rows of the order chosen per key head")
     args = ap.parse_args()
     libs = [p for p in args.libs.split(",") if p] or [None]
     builds = [(p or "default library", Vcattn(p)) for p in libs]
@@ -61,7 +65,8 @@ def main():
         print("%s (B %d, H %d, N %d, D %d), method %s" % (name, b, h, n, d, args.method))
         torch.manual_seed(0)
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        outputs = [bench_build(vc, label, q, k, v, args.method, args.reps) for label, vc in builds]
+        outputs = [bench_build(vc, label, q, k, v, args.method, args.reps, args.probe_rows, args.order_rows)
+                   for label, vc in builds]
         for (label, _), out in zip(builds[1:], outputs[1:]):
             print("  %s against %s: refresh outputs bit-identical: %s" %
                   (label, builds[0][0], torch.equal(out, outputs[0])))

@@ -3,7 +3,8 @@ from .npy files ([1, H, N, D], head-major), as BF16 on the CUDA device, each
 method's SNR (dB) against softmax(q k^T / sqrt(D)) v in FP64 of the same BF16
 inputs. Methods: SageAttention2 (when importable), our sage2, and vc as the
 drop-in call (principal order) and as a grouping step (k-means), each with
-and without V-Smooth's attention probe (64 rows); then vc minus
+and without V-Smooth's attention probe (32 rows), the grouping step also
+with the order chosen per key head on 256 sampled rows; then vc minus
 SageAttention2 (or our sage2 when it is not importable) per layer, and the
 geometric-mean margin.
 
@@ -29,7 +30,8 @@ import numpy as np  # noqa: E402
 
 import vcattn  # noqa: E402
 
-PROBE_ROWS = 64
+PROBE_ROWS = 32
+ORDER_ROWS = 256
 
 
 def layers(dirs):
@@ -45,17 +47,18 @@ def snr_db(ref, x):
 
 
 def methods(sageattn):
-    def vc(probe, grouped):
+    def vc(probe, grouped, order=0):
         def run(q, k, v):
             state = vcattn.LayerState(40) if grouped else None  # step 0 of a fresh state: a k-means grouping step
-            return vcattn.attention(q, k, v, state=state, vsmooth_probe_rows=probe)
+            return vcattn.attention(q, k, v, state=state, vsmooth_probe_rows=probe, vsmooth_order_rows=order)
         return run
     table = []
     if sageattn is not None:
         table.append(("SageAttention2", lambda q, k, v: sageattn(q, k, v, tensor_layout="HND", is_causal=False)))
     table += [("sage2 (ours)", lambda q, k, v: vcattn.attention(q, k, v, method="sage2")),
               ("vc drop-in", vc(0, False)), ("vc drop-in + probe", vc(PROBE_ROWS, False)),
-              ("vc k-means", vc(0, True)), ("vc k-means + probe", vc(PROBE_ROWS, True))]
+              ("vc k-means", vc(0, True)), ("vc k-means + probe", vc(PROBE_ROWS, True)),
+              ("vc k-means + probe + order", vc(PROBE_ROWS, True, ORDER_ROWS))]
     return table
 
 

@@ -241,7 +241,8 @@ typedef struct {
      * smaller squared error of the quantized output against exact attention
      * on this many sampled query rows of its query heads (the probe's rows).
      * In [0, VCATTN_MAX_ORDER_ROWS], 0 = k-means for every head (the paper),
-     * default 0. CPU backend only for now (docs/fidelity.md) */
+     * default 0. On the GPU the reference is BF16 on the tensor cores
+     * (docs/fidelity.md: it may part from the CPU's choice near a tie) */
     int vsmooth_order_rows;
 } vcattn_config;
 

@@ -571,16 +571,6 @@ static void run_bad_input(vcattn_context *gpu) {
     CHECK(st == VCATTN_ERR_UNSUPPORTED_CONFIG && strstr(vcattn_last_error(gpu), "sage2"),
           "NVFP4 on the GPU: status %d (%s)", st, vcattn_last_error(gpu));
 
-    /* The order chosen per head at a grouping step runs on the CPU only: refused, as a config. */
-    vcattn_layer *grouping;
-    vcattn_config chooser = cfg;
-    chooser.vsmooth_order_rows = 256;
-    CHECK(vcattn_layer_create(&grouping, 40) == VCATTN_OK, "layer");
-    st = vcattn_attention(gpu, &chooser, &in.q, &in.k, &in.v, &o.t, NULL, NULL, grouping);
-    CHECK(st == VCATTN_ERR_UNSUPPORTED_CONFIG && strstr(vcattn_last_error(gpu), "vsmooth_order_rows"),
-          "vsmooth_order_rows on the GPU: status %d (%s)", st, vcattn_last_error(gpu));
-    vcattn_layer_destroy(grouping);
-
     vcattn_tensor q96 = in.q, k96 = in.k, v96 = in.v, o96 = o.t;
     q96.head_dim = k96.head_dim = v96.head_dim = o96.head_dim = 96;
     st = vcattn_attention(gpu, &cfg, &q96, &k96, &v96, &o96, NULL, NULL, NULL);
@@ -594,6 +584,104 @@ static void run_bad_input(vcattn_context *gpu) {
           "misaligned q: status %d (%s)", st, vcattn_last_error(gpu));
     free(o.raw); free(o.lse);
     free_inputs(&in);
+}
+
+/* Which order each query head's output came from: 1 the principal order, 0
+ * k-means, -1 neither, bit for bit. */
+static void head_orders(const shape_t *s, const output_t *o, const output_t *kmeans, const output_t *principal,
+                        int *order) {
+    for (int64_t b = 0; b < s->b; b++)
+        for (int64_t h = 0; h < s->hq; h++) {
+            int same_k = 1, same_p = 1;
+            for (int64_t n = 0; n < s->nq; n++)
+                for (int64_t c = 0; c < s->d; c++) {
+                    const double x = out_get(o, b, h, n, c);
+                    same_k &= x == out_get(kmeans, b, h, n, c);
+                    same_p &= x == out_get(principal, b, h, n, c);
+                }
+            order[b * s->hq + h] = same_k ? 0 : same_p ? 1 : -1;
+        }
+}
+
+/* vsmooth_order_rows at a grouping step: on each backend every query head's
+ * output is that of the k-means grouping step or of the principal order (the
+ * drop-in call's) bit for bit, the query heads of a key head alike; on the
+ * GPU the next plain step reuses the chosen permutation (the same bits);
+ * the GPU chooses as the CPU does (its reference is BF16 on the tensor
+ * cores, the CPU's exact) and is as faithful. */
+static void run_order_choice(vcattn_context *cpu, vcattn_context *gpu) {
+    static const shape_t shapes[] = {
+        {"order choice attended keys GQA rope", 1, 8, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+probe32",
+         V_ATTENDED},
+        {"order choice D=64 tail sinks", 1, 4, 4, 300, 1300, 64, 0, 0, VCATTN_DTYPE_F32, 0, "vsmooth", V_SINKS},
+        /* the reference's key ranges of several tiles, the last one partial
+         * (141 tiles of 64 keys in 29 ranges of 5) */
+        {"order choice key ranges", 1, 16, 16, 300, 9000, 64, 0, 0, VCATTN_DTYPE_BF16, 0, "vc+probe32", V_ATTENDED},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const shape_t *s = &shapes[i];
+        inputs_t in;
+        make_inputs(s, &in);
+        const vcattn_rope *rope = s->rope ? &in.rope : NULL;
+        vcattn_config cfg = method_config(s->method), single = cfg;
+        cfg.vsmooth_order_rows = 256;
+        single.vsmooth_order_rows = 0;
+        const int64_t heads = s->b * s->hq, group = s->hq / s->hkv;
+        int *gpu_order = malloc((size_t)heads * sizeof(int)), *cpu_order = malloc((size_t)heads * sizeof(int));
+        output_t o[2][3], plain;  /* [cpu, gpu][chosen, k-means, principal] */
+        for (int b = 0; b < 2; b++)
+            for (int k = 0; k < 3; k++) make_output(s, &o[b][k]);
+        make_output(s, &plain);
+        vcattn_status st = VCATTN_OK;
+        vcattn_layer *layers[2] = {NULL, NULL};
+        for (int b = 0; b < 2 && !st; b++) {
+            vcattn_context *ctx = b ? gpu : cpu;
+            vcattn_layer *kmeans;
+            vcattn_layer_create(&layers[b], 40);
+            vcattn_layer_create(&kmeans, 40);
+            st = vcattn_attention(ctx, &cfg, &in.q, &in.k, &in.v, &o[b][0].t, NULL, rope, layers[b]);
+            if (!st) st = vcattn_attention(ctx, &single, &in.q, &in.k, &in.v, &o[b][1].t, NULL, rope, kmeans);
+            if (!st) st = vcattn_attention(ctx, &single, &in.q, &in.k, &in.v, &o[b][2].t, NULL, rope, NULL);
+            vcattn_layer_destroy(kmeans);
+        }
+        CHECK(st == VCATTN_OK, "%s: %s", s->name, vcattn_last_error(st ? gpu : cpu));
+        if (!st) {
+            vcattn_layer_set_step(layers[1], 1);
+            st = vcattn_attention(gpu, &cfg, &in.q, &in.k, &in.v, &plain.t, NULL, rope, layers[1]);
+            CHECK(st == VCATTN_OK && memcmp(plain.raw, o[1][0].raw, (plain.words + 2 * GUARD) * 4) == 0,
+                  "%s: the plain step after the GPU's choice gives other bits (%s)", s->name, vcattn_last_error(gpu));
+            head_orders(s, &o[0][0], &o[0][1], &o[0][2], cpu_order);
+            head_orders(s, &o[1][0], &o[1][1], &o[1][2], gpu_order);
+            int principal = 0, agree = 1, whole = 1;
+            for (int64_t h = 0; h < heads; h++) {
+                CHECK(cpu_order[h] >= 0 && gpu_order[h] >= 0, "%s: head %lld is neither order's (cpu %d, gpu %d)",
+                      s->name, (long long)h, cpu_order[h], gpu_order[h]);
+                whole &= gpu_order[h] == gpu_order[h - h % group] && cpu_order[h] == cpu_order[h - h % group];
+                agree &= gpu_order[h] == cpu_order[h];
+                principal += gpu_order[h] == 1;
+            }
+            double *ref = malloc((size_t)(heads * s->nq * s->d) * sizeof(double));
+            double d_cpu, d_gpu, norm;
+            int nans;
+            vcattn_reference_attention(&in.q, &in.k, &in.v, rope, cfg.sm_scale, ref, NULL);
+            compare(s, &o[0][0], NULL, ref, &d_cpu, &norm, &nans);
+            compare(s, &o[1][0], NULL, ref, &d_gpu, &norm, &nans);
+            printf("order choice %-36s %d of %lld query heads take the principal order; cpu %.4e gpu %.4e\n",
+                   s->name, principal, (long long)heads, d_cpu / norm, d_gpu / norm);
+            CHECK(whole, "%s: the query heads of a key head chose apart", s->name);
+            CHECK(agree, "%s: the GPU chose other orders than the CPU", s->name);
+            CHECK(nans == 0 && d_gpu <= 2.0 * d_cpu + 1e-3 * norm, "%s: GPU error %.4e vs the CPU's %.4e", s->name,
+                  d_gpu / norm, d_cpu / norm);
+            free(ref);
+        }
+        vcattn_layer_destroy(layers[0]);
+        vcattn_layer_destroy(layers[1]);
+        for (int b = 0; b < 2; b++)
+            for (int k = 0; k < 3; k++) free(o[b][k].raw), free(o[b][k].lse);
+        free(plain.raw); free(plain.lse);
+        free(gpu_order); free(cpu_order);
+        free_inputs(&in);
+    }
 }
 
 /* The presets as shipped: vc below expcast_min_keys keys is vsmooth to the
@@ -741,6 +829,7 @@ int main(int argc, char **argv) {
     }
     TL_RUN(run_schedule(cpu, gpu));
     TL_RUN(run_huge_grouping(cpu, gpu));
+    TL_RUN(run_order_choice(cpu, gpu));
     TL_RUN(run_bad_input(gpu));
     TL_RUN(run_expcast_min_keys(gpu));
 #ifdef VCATTN_WITH_CUDA

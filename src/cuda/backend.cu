@@ -54,10 +54,12 @@ struct call_state {
     void *staged[12];  // q, k, v, out, lse, 4 rope tables
     int nstaged;
     char *work;
+    char *alt_work, *choice_work;  // a grouping step's second order and its choice (vsmooth_order_rows)
 
     ~call_state() {
         for (int i = 0; i < nstaged; i++) cudaFreeAsync(staged[i], stream);
-        if (work) cudaFreeAsync(work, stream);
+        for (char *p : {work, alt_work, choice_work})
+            if (p) cudaFreeAsync(p, stream);
     }
     cudaError_t alloc(void **p, size_t bytes) {
         return pool ? cudaMallocFromPoolAsync(p, bytes, pool, stream) : cudaMallocAsync(p, bytes, stream);
@@ -131,10 +133,6 @@ vcattn_status check_supported(vcattn_context *ctx, const vcattn_config *cfg, int
                            "cuda backend: the sm_90a kernel runs INT8 Q/K, FP8 P (cast or ExpCast) and "
                            "per-channel FP8 V (methods sage2, vsmooth, vc, each +hadamard); use the cpu "
                            "backend for the other formats");
-    if ((plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM) && cfg->vsmooth_order_rows > 0)
-        return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
-                           "cuda backend: vsmooth_order_rows (the token order chosen per head at a grouping step) "
-                           "runs on the cpu backend only for now; set it to 0");
     if ((plan == VCATTN_GROUP_COLD || plan == VCATTN_GROUP_WARM) && clusters > 32)
         return vcattn_fail(ctx, VCATTN_ERR_UNSUPPORTED_CONFIG,
                            "cuda backend: k-means runs with at most 32 clusters, got %d", clusters);
@@ -299,15 +297,9 @@ vcattn_status begin_call(vcattn_context *ctx, const vcattn_config *cfg, const ca
     return VCATTN_OK;
 }
 
-// The caller's q, k, v and RoPE tables on the device.
-struct call_inputs {
-    dev_tensor q, k, v;
-    dev_rope qrope = {nullptr, nullptr, 0}, krope = {nullptr, nullptr, 0};
-};
-
 vcattn_status stage_inputs(call_state &cs, const call_shape &c, const vcattn_tensor *q,
                            const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_rope *rope,
-                           int device, call_inputs *in) {
+                           int device, call_tensors *in) {
     vcattn_status st;
     int staged;
     if ((st = tensor_view(cs, "q", q, device, 1, &in->q, &staged)) ||
@@ -471,12 +463,12 @@ void lay_out_workspace(carver &w, const vcattn_config *cfg, const call_shape &c,
     }
 }
 
-// Grouping (or the layer's permutation) and the three quantizers.
-// made: where a device copy of the layer's permutation, uploaded for this
-// call, is handed back.
+// Grouping (or the layer's permutation) and the three quantizers, in a
+// workspace allocated into *work. made: where a device copy of the layer's
+// permutation, uploaded for this call, is handed back.
 vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const call_shape &c,
-                               const call_inputs &in, const vcattn_layer *layer, int device, operands *op,
-                               vcattn_new_grouping *made) {
+                               const call_tensors &in, const vcattn_layer *layer, int device, operands *op,
+                               vcattn_new_grouping *made, char **work) {
     const size_t kvh = (size_t)(c.B * c.Hkv), D = (size_t)c.D, k = (size_t)c.clusters;
     const size_t Nk = (size_t)c.Nk, Nq = (size_t)c.Nq, QT = (size_t)c.QT;
     const int regroup = c.regroup, q_smoothing = cfg->q_smoothing, principal = c.plan == VCATTN_GROUP_PRINCIPAL;
@@ -484,9 +476,9 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     scratch x;
     carver measure = {nullptr};
     lay_out_workspace(measure, cfg, c, op, &x);
-    cudaError_t err = cs.alloc((void **)&cs.work, measure.used);
+    cudaError_t err = cs.alloc((void **)work, measure.used);
     if (err != cudaSuccess) return cs.cuda_fail(err, "workspace");
-    carver carve = {cs.work};
+    carver carve = {*work};
     lay_out_workspace(carve, cfg, c, op, &x);
     float *max_norm = x.max_norm;
     double *partials = x.partials, *qpartials = x.qpartials;
@@ -609,6 +601,92 @@ vcattn_status await_flag(call_state &cs, const vcattn_config *cfg, const operand
     return VCATTN_OK;
 }
 
+// The attention kernel's arguments for the operands op, all of the call's
+// query rows; the caller sets the output, the LSE and the flag.
+vc_attention_params attention_params(const vcattn_config *cfg, const call_shape &c, const operands &op) {
+    vc_attention_params p = {};
+    p.q = op.q_codes; p.q_mul = op.q_mul;
+    p.k = op.k_codes; p.k_mul = op.k_mul;
+    p.v = op.v_records; p.v_mul = op.chan_mul; p.v_pow2 = op.chan_pow2; p.v_means = op.v_mean_images;
+    p.key_bias = op.key_bias;
+    p.batch = (int)c.B; p.heads_q = (int)c.Hq; p.heads_kv = (int)c.Hkv; p.nq = (int)c.Nq; p.nk = (int)c.Nk;
+    p.q_tiles = c.QT; p.kv_tiles = c.T;
+    p.kv_group_mul = ((1ull << 32) + (uint64_t)(c.Hq / c.Hkv) - 1) / (uint64_t)(c.Hq / c.Hkv);  // exact for heads < 2^16
+    p.score_mul = c.sm_scale * VCATTN_LOG2E;
+    p.expcast_bias = VCATTN_EXPCAST_MAX_CODE + cfg->expcast_beta;  // the row maximum lands on 0x78
+    return p;
+}
+
+// vsmooth_order_rows at a grouping step (docs/cuda-design.md §13d): the call
+// quantized again in the principal order, both orders' attention on the
+// sampled query rows against a reference on the tensor cores, and, for each
+// key head whose principal order errs less, that order's operand slices and
+// permutation copied over op's (k-means's; centroids stay k-means's, as on
+// the CPU). Q's codes are the same in both orders; Q smoothing's per-key
+// terms follow the key order and are copied with their key head.
+vcattn_status choose_orders(call_state &cs, const vcattn_config *cfg, const call_shape &c, const call_tensors &in,
+                            int device, operands *op) {
+    call_shape ca = c;
+    ca.plan = VCATTN_GROUP_PRINCIPAL;
+    ca.regroup = 0;
+    vcattn_config plain = *cfg;
+    plain.check_finite = 0;  // the k-means pass checked the same inputs
+    operands alt = {};
+    vcattn_status st = prepare_operands(cs, &plain, ca, in, nullptr, device, &alt, nullptr, &cs.alt_work);
+    if (st) return st;
+
+    const size_t qh = (size_t)(c.B * c.Hq), kvh = (size_t)(c.B * c.Hkv), D = (size_t)c.D, T = (size_t)c.T;
+    const int rows = cfg->vsmooth_order_rows, row_tiles = (rows + 2 * VC_Q_ROWS - 1) / (2 * VC_Q_ROWS) * 2;
+    const int group = (int)(c.Hq / c.Hkv);
+    sampled_rows a = {(int)c.B, (int)c.Hq, (int)c.Hkv, (int)c.Nq, (int)c.Nk, (int)D, rows, row_tiles};
+    plan_reference_splits(&a);
+    carver measure = {nullptr};
+    auto lay_out = [&](carver &w) {
+        a.q_codes = w.take<int8_t>(qh * row_tiles * VC_Q_ROWS * D);
+        a.q_mul = w.take<float>(qh * row_tiles * VC_Q_ROWS);
+        a.out_kmeans = w.take<float>(qh * rows * D);
+        a.out_principal = w.take<float>(qh * rows * D);
+        a.reference = w.take<float>(qh * rows * D);
+        a.part_o = w.take<float>(a.splits * qh * rows * D);
+        a.part_ml = w.take<float>(a.splits * qh * rows * 2);
+        a.choice = w.take<int>(kvh);
+    };
+    lay_out(measure);
+    cudaError_t err = cs.alloc((void **)&cs.choice_work, measure.used);
+    if (err != cudaSuccess) return cs.cuda_fail(err, "order choice workspace");
+    carver carve = {cs.choice_work};
+    lay_out(carve);
+    if ((err = gather_sampled_rows(a, op->q_codes, op->q_mul, c.QT, cs.stream)))
+        return cs.cuda_fail(err, "order choice: sampled rows");
+    for (const operands *set : {(const operands *)op, (const operands *)&alt}) {
+        vc_attention_params p = attention_params(cfg, c, *set);
+        p.q = a.q_codes; p.q_mul = a.q_mul; p.q_tiles = row_tiles; p.nq = rows;
+        p.out = set == op ? a.out_kmeans : a.out_principal; p.out_dtype = VCATTN_DTYPE_F32;
+        p.out_sb = (int64_t)c.Hq * rows * D; p.out_sh = (int64_t)rows * D; p.out_sn = (int64_t)D;
+        if ((err = vc_attention_sm90(p, (int)D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped, cs.stream)))
+            return cs.cuda_fail(err, "order choice: attention of the sampled rows");
+    }
+    if ((err = sampled_reference(a, in, c.sm_scale * VCATTN_LOG2E, cs.stream)) || (err = choose_by_error(a, cs.stream)))
+        return cs.cuda_fail(err, "order choice: reference");
+    const size_t means = op->v_mean_images ? (T + VC_MEAN_TILES - 1) / VC_MEAN_TILES * vc_mean_image_bytes((uint32_t)D) : 0;
+    struct slice { void *dst; const void *src; size_t bytes; int heads, group; };
+    const slice slices[] = {
+        {op->k_codes, alt.k_codes, T * VC_KV_ROWS * D, (int)kvh, 1},
+        {op->k_mul, alt.k_mul, T * VCATTN_K_LANE_GROUPS * sizeof(float), (int)kvh, 1},
+        {op->v_records, alt.v_records, T * vc_v_record_bytes((uint32_t)D), (int)kvh, 1},
+        {op->v_mean_images, alt.v_mean_images, means, (int)kvh, 1},
+        {op->tile_mean, alt.tile_mean, T * D * sizeof(float), (int)kvh, 1},
+        {op->chan_mul, alt.chan_mul, D * sizeof(float), (int)kvh, 1},
+        {op->chan_pow2, alt.chan_pow2, D * sizeof(float), (int)kvh, 1},
+        {op->new_perm, alt.new_perm, (size_t)c.Nk * sizeof(int32_t), (int)kvh, 1},
+        {op->key_bias, alt.key_bias, T * VC_KV_ROWS * sizeof(float), (int)qh, group},
+    };
+    for (const slice &x : slices)
+        if ((err = take_heads(x.dst, x.src, x.bytes, x.heads, x.group, a.choice, cs.stream)))
+            return cs.cuda_fail(err, "order choice: the chosen slices");
+    return VCATTN_OK;
+}
+
 }  // namespace
 
 extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
@@ -623,7 +701,7 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *
     if (st) return st;
     cudaError_t err;
 
-    call_inputs in;
+    call_tensors in;
     dev_tensor dout;
     int out_staged = 0, lse_staged = 0;
     float *dlse = nullptr;
@@ -636,24 +714,17 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *
     operands op = {};
     op.need_lse_shift = lse != nullptr;
     if (vcattn_dtype_max(out->dtype) < vcattn_dtype_max(v->dtype)) op.out_max = vcattn_dtype_max(out->dtype);
-    if ((st = prepare_operands(cs, cfg, c, in, layer, device, &op, grouping)) || (st = publish_flag(cs, cfg, op)))
+    if ((st = prepare_operands(cs, cfg, c, in, layer, device, &op, grouping, &cs.work)) ||
+        (c.regroup && cfg->vsmooth_order_rows > 0 && (st = choose_orders(cs, cfg, c, in, device, &op))) ||
+        (st = publish_flag(cs, cfg, op)))
         return st;
 
-    vc_attention_params p = {};
-    p.q = op.q_codes; p.q_mul = op.q_mul;
-    p.k = op.k_codes; p.k_mul = op.k_mul;
-    p.v = op.v_records; p.v_mul = op.chan_mul; p.v_pow2 = op.chan_pow2; p.v_means = op.v_mean_images;
+    vc_attention_params p = attention_params(cfg, c, op);
     p.lse_shift = cfg->k_smoothing ? op.lse_shift : nullptr;
-    p.key_bias = op.key_bias;
     p.out = const_cast<void *>(dout.data); p.out_dtype = out->dtype;
     p.out_sb = out->stride_batch; p.out_sh = out->stride_head; p.out_sn = out->stride_token;
     p.lse = dlse;
     p.error_flag = cfg->check_finite ? op.flag : nullptr;
-    p.batch = (int)c.B; p.heads_q = (int)c.Hq; p.heads_kv = (int)c.Hkv; p.nq = (int)c.Nq; p.nk = (int)c.Nk;
-    p.q_tiles = c.QT; p.kv_tiles = c.T;
-    p.kv_group_mul = ((1ull << 32) + (uint64_t)(c.Hq / c.Hkv) - 1) / (uint64_t)(c.Hq / c.Hkv);  // exact for heads < 2^16
-    p.score_mul = c.sm_scale * VCATTN_LOG2E;
-    p.expcast_bias = VCATTN_EXPCAST_MAX_CODE + cfg->expcast_beta;  // the row maximum lands on 0x78
     if ((err = vc_attention_sm90(p, (int)c.D, cfg->p_format == VCATTN_P_FP8_EXPCAST, c.grouped, cs.stream)))
         return cs.cuda_fail(err, "attention kernel");
     if ((st = await_flag(cs, cfg, op, out->dtype))) return st;
@@ -713,7 +784,7 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
     int device = 0;
     vcattn_status st = begin_call(ctx, cfg, c, call->layer != nullptr, &cs, &device);
     if (st) return st;
-    call_inputs in;
+    call_tensors in;
     operands op = {};
     op.need_lse_shift = 1;
     // a device copy of the layer's permutation made here lives as long as the call
@@ -726,7 +797,7 @@ extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcatt
     } made;
     made.stream = cs.stream;
     if ((st = stage_inputs(cs, c, q, k, v, rope, device, &in)) ||
-        (st = prepare_operands(cs, cfg, c, in, layer, device, &op, &made.g)) || (st = publish_flag(cs, cfg, op)) ||
+        (st = prepare_operands(cs, cfg, c, in, layer, device, &op, &made.g, &cs.work)) || (st = publish_flag(cs, cfg, op)) ||
         (st = await_flag(cs, cfg, op, VCATTN_DTYPE_F32)))
         return st;
     const size_t kvh = (size_t)(c.B * c.Hkv), qh = (size_t)(c.B * c.Hq), D = (size_t)c.D;

@@ -119,6 +119,42 @@ cudaError_t kmeans_group(const dev_tensor &v, const quant_common &c, int cluster
                          float *centroids, const kmeans_workspace &w, int32_t *perm,
                          cudaStream_t stream);
 
+// The caller's q, k, v on the device, and the RoPE tables of q and k.
+struct call_tensors {
+    dev_tensor q, k, v;
+    dev_rope qrope = {nullptr, nullptr, 0}, krope = {nullptr, nullptr, 0};
+};
+
+// The token order chosen per key head at a grouping step (order_choice.cu):
+// `rows` sampled query rows of every query head (row vsmooth_probe_row(s, nq)
+// for s < rows), as a Q operand of row_tiles 64-row tiles a head; each
+// order's output on them and the reference ([B*Hq][rows][D] floats); the
+// choice per key head (1: the principal order).
+// The reference splits the keys into `splits` ranges of split_keys, each
+// range's unnormalized output and row maximum and sum in part_o / part_ml
+// ([splits][B*Hq][rows]), combined in a fixed order.
+struct sampled_rows {
+    int batch, heads_q, heads_kv, tokens_q, tokens_k, head_dim, rows, row_tiles;
+    int splits, split_keys;
+    int8_t *q_codes;
+    float *q_mul;
+    float *out_kmeans, *out_principal, *reference;
+    float *part_o, *part_ml;
+    int *choice;
+};
+// Sets a.splits and a.split_keys from the shape alone (the sums do not
+// depend on the device).
+void plan_reference_splits(sampled_rows *a);
+cudaError_t gather_sampled_rows(const sampled_rows &a, const int8_t *q_codes, const float *q_mul, int q_tiles,
+                                cudaStream_t stream);
+// BF16 tensor-core attention of the sampled rows from the inputs (RoPE
+// applied); score_mul = sm_scale * log2(e). Head dims 64 and 128.
+cudaError_t sampled_reference(const sampled_rows &a, const call_tensors &in, float score_mul, cudaStream_t stream);
+cudaError_t choose_by_error(const sampled_rows &a, cudaStream_t stream);
+// dst's bytes_per_head slice of head h becomes src's where choice[h / group].
+cudaError_t take_heads(void *dst, const void *src, size_t bytes_per_head, int heads, int group, const int *choice,
+                       cudaStream_t stream);
+
 // The token order of a call without a layer state (principal.cu): each
 // head's rows sorted along the top principal direction of its values, into
 // perm [B*H][N] (token indices within the head). Head dims 64 and 128.
