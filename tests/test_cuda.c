@@ -603,6 +603,37 @@ static void head_orders(const shape_t *s, const output_t *o, const output_t *kme
         }
 }
 
+/* The order choice's reference on the GPU (BF16 operands, FP32 sums, P in
+ * BF16) against FP64 on the same sampled rows: within BF16's rounding. */
+static void check_order_reference(vcattn_context *gpu, const shape_t *s, const vcattn_config *cfg,
+                                  const inputs_t *in, const vcattn_rope *rope, const double *ref) {
+    const int rows = cfg->vsmooth_order_rows;
+    const int64_t heads = s->b * s->hq;
+    float *out = malloc((size_t)(heads * rows * s->d) * sizeof(float));
+    vcattn_call call;
+    vcattn_resolve_call(cfg, &in->q, &in->k, NULL, &call);
+    vcattn_status st = cuda_order_reference_for_test(gpu, &call, &in->q, &in->k, &in->v, rope, rows, out);
+    CHECK(st == VCATTN_OK, "%s: order reference: %s", s->name, vcattn_last_error(gpu));
+    if (!st) {
+        double err = 0.0, norm = 0.0;
+        int finite = 1;
+        for (int64_t h = 0; h < heads; h++)
+            for (int r = 0; r < rows; r++) {
+                const double *want = ref + (h * s->nq + vsmooth_probe_row(r, s->nq)) * s->d;
+                const float *got = out + (h * rows + r) * s->d;
+                for (int64_t c = 0; c < s->d; c++) {
+                    finite &= isfinite(got[c]);
+                    err += (got[c] - want[c]) * (got[c] - want[c]);
+                    norm += want[c] * want[c];
+                }
+            }
+        const double rel = sqrt(err / norm);
+        printf("order reference %-36s relative error %.3e against FP64\n", s->name, rel);
+        CHECK(finite && rel < 1e-2, "%s: the order choice's reference is %.3e from FP64", s->name, rel);
+    }
+    free(out);
+}
+
 /* vsmooth_order_rows at a grouping step: on each backend every query head's
  * output is that of the k-means grouping step or of the principal order (the
  * drop-in call's) bit for bit, the query heads of a key head alike; on the
@@ -615,7 +646,7 @@ static void run_order_choice(vcattn_context *cpu, vcattn_context *gpu) {
          V_ATTENDED},
         {"order choice D=64 tail sinks", 1, 4, 4, 300, 1300, 64, 0, 0, VCATTN_DTYPE_F32, 0, "vsmooth", V_SINKS},
         /* the reference's key ranges of several tiles, the last one partial
-         * (141 tiles of 64 keys in 29 ranges of 5) */
+         * (141 tiles of 64 keys in 47 ranges of 3) */
         {"order choice key ranges", 1, 16, 16, 300, 9000, 64, 0, 0, VCATTN_DTYPE_BF16, 0, "vc+probe32", V_ATTENDED},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -664,6 +695,7 @@ static void run_order_choice(vcattn_context *cpu, vcattn_context *gpu) {
             double d_cpu, d_gpu, norm;
             int nans;
             vcattn_reference_attention(&in.q, &in.k, &in.v, rope, cfg.sm_scale, ref, NULL);
+            check_order_reference(gpu, s, &cfg, &in, rope, ref);
             compare(s, &o[0][0], NULL, ref, &d_cpu, &norm, &nans);
             compare(s, &o[1][0], NULL, ref, &d_gpu, &norm, &nans);
             printf("order choice %-36s %d of %lld query heads take the principal order; cpu %.4e gpu %.4e\n",

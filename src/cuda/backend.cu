@@ -773,6 +773,32 @@ extern "C" vcattn_status cuda_attention(vcattn_context *ctx, const vcattn_call *
     return VCATTN_OK;
 }
 
+extern "C" vcattn_status cuda_order_reference_for_test(vcattn_context *ctx, const vcattn_call *call,
+                                                       const vcattn_tensor *q, const vcattn_tensor *k,
+                                                       const vcattn_tensor *v, const vcattn_rope *rope, int rows,
+                                                       float *out) {
+    const call_shape c = shape_of(call);
+    call_state cs = {};
+    int device = 0;
+    vcattn_status st = begin_call(ctx, &call->cfg, c, 0, &cs, &device);
+    call_tensors in;
+    if (st || (st = stage_inputs(cs, c, q, k, v, rope, device, &in))) return st;
+    const size_t qh = (size_t)(c.B * c.Hq), D = (size_t)c.D;
+    sampled_rows a = {(int)c.B, (int)c.Hq, (int)c.Hkv, (int)c.Nq, (int)c.Nk, (int)D, rows, 0};
+    plan_reference_splits(&a);
+    const size_t ref = qh * rows * D, parts = a.splits * qh * rows;
+    cudaError_t err = cs.alloc((void **)&cs.choice_work, (ref + parts * D + parts * 2) * sizeof(float));
+    if (err != cudaSuccess) return cs.cuda_fail(err, "order reference workspace");
+    a.reference = (float *)cs.choice_work;
+    a.part_o = a.reference + ref;
+    a.part_ml = a.part_o + parts * D;
+    if ((err = sampled_reference(a, in, c.sm_scale * VCATTN_LOG2E, cs.stream)) ||
+        (err = cudaMemcpyAsync(out, a.reference, ref * sizeof(float), cudaMemcpyDeviceToHost, cs.stream)) ||
+        (err = cudaStreamSynchronize(cs.stream)))
+        return cs.cuda_fail(err, "order reference");
+    return VCATTN_OK;
+}
+
 extern "C" vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcattn_call *call,
                                                 const vcattn_tensor *q, const vcattn_tensor *k,
                                                 const vcattn_tensor *v, const vcattn_rope *rope,

@@ -27,6 +27,13 @@ vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcattn_call *cal
                                      const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_rope *rope,
                                      vcattn_quantized *out);
 
+/* For tests: the order choice's reference output (vsmooth_order_rows) of
+ * `rows` sampled query rows of every query head, into out [B*Hq][rows][D]:
+ * row s is row vsmooth_probe_row(s, Nq) of its head. */
+vcattn_status cuda_order_reference_for_test(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
+                                            const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_rope *rope,
+                                            int rows, float *out);
+
 #ifdef __cplusplus
 }
 #endif

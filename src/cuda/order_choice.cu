@@ -9,8 +9,6 @@
 #include "operand_layout.h"
 #include "../vsmooth/vsmooth.h"
 
-#include <mma.h>
-
 namespace {
 
 // Sampled row s of each query head is row vsmooth_probe_row(s, nq) of the
@@ -60,142 +58,168 @@ __device__ void store_bf16x8(__nv_bfloat16 *dst, const float *x) {
     *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(h);
 }
 
-// The reference: 64 sampled rows of one query head (16 a warp) against one
+// The reference: 128 sampled rows of one query head (16 a warp) against one
 // range of keys, as a tensor-core kernel forms attention: BF16 q, k and v,
 // FP32 scores, running maxima and sums, the probabilities rounded to BF16
 // before P V (docs/fidelity.md measures what this reference costs the
-// choice). Rows padded by 8 halves / 4 floats so that fragment loads hit
-// distinct banks.
-constexpr int kRefRows = 64, kRefKeys = 64, kRefWarps = kRefRows / 16, kRefThreads = 32 * kRefWarps;
-// Blocks the splits aim at (eight waves of two blocks an SM on an H100).
+// choice). Scores, probabilities and the output stay in registers
+// (mma.sync m16n8k16: a score tile's accumulator is the next product's A
+// operand); a block's eight warps share each key tile it loads and rotates.
+// Rows padded by 8 halves, so fragment loads hit distinct banks.
+constexpr int kRefRows = 128, kRefKeys = 64, kRefWarps = kRefRows / 16, kRefThreads = 32 * kRefWarps;
+// Blocks the splits aim at (about eight waves of two blocks an SM on an H100).
 constexpr int kRefBlocks = 2048;
 // 16-byte chunks of a tile a thread loads before it stores any.
-constexpr int kRefBatch = 4;
+constexpr int kRefBatch = 2;
 
 template <int D> struct ref_smem {
     __nv_bfloat16 q[kRefRows][D + 8], k[kRefKeys][D + 8], v[kRefKeys][D + 8];
-    float s[kRefRows][kRefKeys + 4];
-    __nv_bfloat16 p[kRefRows][kRefKeys + 8];
-    float o[kRefRows][D + 4];
-    float m[kRefRows], l[kRefRows], alpha[kRefRows];
 };
 
+__device__ __forceinline__ uint32_t lds32(const __nv_bfloat16 *p) { return *reinterpret_cast<const uint32_t *>(p); }
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+// c += a b: 16x16 BF16 by 16x8 BF16 into 16x8 FP32.
+__device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// B operands of two 16x8 products from a row-major [key][channel] tile:
+// keys [k0, k0 + 16), channels [n0, n0 + 8) into b[0..1] and [n0 + 8,
+// n0 + 16) into b[2..3] (each lane addresses one 16-byte row piece).
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t *b, const __nv_bfloat16 *tile_row0, int ld, int lane) {
+    const int m = lane / 8, i = lane % 8;
+    const __nv_bfloat16 *p = tile_row0 + (i + 8 * (m & 1)) * ld + 8 * (m >> 1);
+    const uint32_t at = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"(at));
+}
+
 template <int D>
-__global__ void __launch_bounds__(kRefThreads) reference_kernel(sampled_rows a, call_tensors in, float score_mul) {
-    using namespace nvcuda;
+__global__ void __launch_bounds__(kRefThreads, 2) reference_kernel(sampled_rows a, call_tensors in, float score_mul) {
     extern __shared__ __align__(128) uint8_t ref_bytes[];
     ref_smem<D> &sm = *reinterpret_cast<ref_smem<D> *>(ref_bytes);
     const int tile = blockIdx.x, hq = blockIdx.y, b = blockIdx.z / a.splits, split = blockIdx.z % a.splits;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, hk = hq / (a.heads_q / a.heads_kv);
+    const int g = lane / 4, t = lane % 4;  // the fragment's row (and row + 8) and column pair
     const int64_t head = (int64_t)b * a.heads_q + hq;
-    constexpr int kChunks = kRefRows * D / 8;  // 16-byte chunks of a tile (q's, k's or v's)
-    for (int e = tid; e < kChunks; e += kRefThreads) {
+    for (int e = tid; e < kRefRows * D / 8; e += kRefThreads) {
         const int r = e / (D / 8), c = e % (D / 8) * 8, s = tile * kRefRows + r;
         float x[8] = {};
         if (s < a.rows) rotated8(in.q, in.qrope, b, hq, vsmooth_probe_row(s, a.tokens_q), c, D, x);
         store_bf16x8(&sm.q[r][c], x);
     }
-    for (int e = tid; e < kRefRows * D; e += kRefThreads) sm.o[e / D][e % D] = 0.0f;
-    for (int r = tid; r < kRefRows; r += kRefThreads) {
-        sm.m[r] = -INFINITY;
-        sm.l[r] = 0.0f;
-    }
     const int w0 = 16 * warp;  // the warp's rows
+    float o[D / 8][4] = {};    // rows w0 + g and w0 + g + 8, channels 8n + 2t and + 1
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's columns only
+    constexpr int kChunks = kRefKeys * D / 8;  // 16-byte chunks of a k or v tile
+    static_assert(2 * kChunks % (kRefBatch * kRefThreads) == 0, "whole batches");
     const int key_end = min(a.tokens_k, (split + 1) * a.split_keys);
     for (int j0 = split * a.split_keys; j0 < key_end; j0 += kRefKeys) {
         __syncthreads();  // the previous tile's k and v are read
-        for (int e0 = tid; e0 < kChunks; e0 += kRefBatch * kRefThreads) {
-            float kx[kRefBatch][8], vx[kRefBatch][8];  // every load in flight before the first store
+        for (int e0 = tid; e0 < 2 * kChunks; e0 += kRefBatch * kRefThreads) {  // k's chunks, then v's
+            float x[kRefBatch][8];  // every load in flight before the first store
 #pragma unroll
             for (int i = 0; i < kRefBatch; i++) {
-                const int e = e0 + i * kRefThreads, r = e / (D / 8), c = e % (D / 8) * 8;
+                const int at = e0 + i * kRefThreads, e = at % kChunks, r = e / (D / 8), c = e % (D / 8) * 8;
                 const int64_t j = j0 + r;
 #pragma unroll
-                for (int x = 0; x < 8; x++) kx[i][x] = vx[i][x] = 0.0f;
-                if (e < kChunks && j < key_end) {
-                    rotated8(in.k, in.krope, b, hk, j, c, D, kx[i]);
-                    load_row8(in.v, b, hk, j, c, vx[i]);
+                for (int y = 0; y < 8; y++) x[i][y] = 0.0f;
+                if (j < key_end) {
+                    if (at < kChunks) rotated8(in.k, in.krope, b, hk, j, c, D, x[i]);
+                    else load_row8(in.v, b, hk, j, c, x[i]);
                 }
             }
 #pragma unroll
             for (int i = 0; i < kRefBatch; i++) {
-                const int e = e0 + i * kRefThreads, r = e / (D / 8), c = e % (D / 8) * 8;
-                if (e < kChunks) {
-                    store_bf16x8(&sm.k[r][c], kx[i]);
-                    store_bf16x8(&sm.v[r][c], vx[i]);
-                }
+                const int at = e0 + i * kRefThreads, e = at % kChunks, r = e / (D / 8), c = e % (D / 8) * 8;
+                store_bf16x8(at < kChunks ? &sm.k[r][c] : &sm.v[r][c], x[i]);
             }
         }
         __syncthreads();
-        {  // s = q k^T for the warp's 16 rows
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
-            for (int n = 0; n < kRefKeys / 16; n++) {
-                wmma::fill_fragment(fc, 0.0f);
-                for (int kk = 0; kk < D / 16; kk++) {
-                    wmma::load_matrix_sync(fa, &sm.q[w0][16 * kk], D + 8);
-                    wmma::load_matrix_sync(fb, &sm.k[16 * n][16 * kk], D + 8);
-                    wmma::mma_sync(fc, fa, fb, fc);
+        float s[kRefKeys / 8][4] = {};  // scores: rows g, g + 8; keys 8n + 2t and + 1
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t qa[4];
+            qa[0] = lds32(&sm.q[w0 + g][16 * kk + 2 * t]);
+            qa[1] = lds32(&sm.q[w0 + g + 8][16 * kk + 2 * t]);
+            qa[2] = lds32(&sm.q[w0 + g][16 * kk + 2 * t + 8]);
+            qa[3] = lds32(&sm.q[w0 + g + 8][16 * kk + 2 * t + 8]);
+#pragma unroll
+            for (int n = 0; n < kRefKeys / 8; n++)
+                mma_bf16(s[n], qa, lds32(&sm.k[8 * n + g][16 * kk + 2 * t]), lds32(&sm.k[8 * n + g][16 * kk + 2 * t + 8]));
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < kRefKeys / 8; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const bool valid = j0 + 8 * n + 2 * t + (i & 1) < key_end;
+                s[n][i] = valid ? s[n][i] * score_mul : -INFINITY;
+                mx[i / 2] = fmaxf(mx[i / 2], s[n][i]);
+            }
+        float alpha[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {  // the row's maximum over its quad of lanes
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            const float m_new = fmaxf(m[h], mx[h]);
+            alpha[h] = exp2f(m[h] - m_new);  // 0 on the first tile
+            m[h] = m_new;
+            l[h] *= alpha[h];
+        }
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) o[n][i] *= alpha[i / 2];
+#pragma unroll
+        for (int kk = 0; kk < kRefKeys / 16; kk++) {
+            uint32_t pa[4];  // the two score tiles of keys [16 kk, 16 kk + 16) as BF16 A operand
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                float e[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    e[i] = exp2f(s[2 * kk + half][i] - m[i / 2]);
+                    l[i / 2] += e[i];
                 }
-                wmma::store_matrix_sync(&sm.s[w0][16 * n], fc, kRefKeys + 4, wmma::mem_row_major);
+                pa[2 * half] = pack_bf16(e[0], e[1]);
+                pa[2 * half + 1] = pack_bf16(e[2], e[3]);
             }
-        }
-        __syncwarp();
-        {  // online softmax: two lanes a row, 32 keys each
-            const int r = w0 + lane / 2, k0 = 32 * (lane % 2);
-            float mx = -INFINITY;
-            for (int i = 0; i < 32; i++) {
-                const float x = j0 + k0 + i < key_end ? sm.s[r][k0 + i] * score_mul : -INFINITY;
-                sm.s[r][k0 + i] = x;
-                mx = fmaxf(mx, x);
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            const float m_old = sm.m[r], m_new = fmaxf(m_old, mx);
-            float sum = 0.0f;
-            for (int i = 0; i < 32; i++) {
-                const float e = exp2f(sm.s[r][k0 + i] - m_new);
-                sum += e;
-                sm.p[r][k0 + i] = __float2bfloat16_rn(e);
-            }
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            __syncwarp();
-            if (lane % 2 == 0) {
-                const float alpha = exp2f(m_old - m_new);  // 0 on the first tile
-                sm.alpha[r] = alpha;
-                sm.l[r] = sm.l[r] * alpha + sum;
-                sm.m[r] = m_new;
-            }
-        }
-        __syncwarp();
-        for (int e = lane; e < 16 * D; e += 32) sm.o[w0 + e / D][e % D] *= sm.alpha[w0 + e / D];
-        __syncwarp();
-        {  // o += p v for the warp's 16 rows
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+#pragma unroll
             for (int n = 0; n < D / 16; n++) {
-                wmma::load_matrix_sync(fc, &sm.o[w0][16 * n], D + 4, wmma::mem_row_major);
-                for (int kk = 0; kk < kRefKeys / 16; kk++) {
-                    wmma::load_matrix_sync(fa, &sm.p[w0][16 * kk], kRefKeys + 8);
-                    wmma::load_matrix_sync(fb, &sm.v[16 * kk][16 * n], D + 8);
-                    wmma::mma_sync(fc, fa, fb, fc);
-                }
-                wmma::store_matrix_sync(&sm.o[w0][16 * n], fc, D + 4, wmma::mem_row_major);
+                uint32_t vb[4];
+                ldsm_x4_trans(vb, &sm.v[16 * kk][16 * n], D + 8, lane);
+                mma_bf16(o[2 * n], pa, vb[0], vb[1]);
+                mma_bf16(o[2 * n + 1], pa, vb[2], vb[3]);
             }
         }
     }
-    __syncthreads();
-    const int64_t part = (int64_t)split * a.batch * a.heads_q + head;
-    for (int e = tid; e < kRefRows * D; e += kRefThreads) {
-        const int r = e / D, c = e % D, s = tile * kRefRows + r;
-        if (s < a.rows) a.part_o[(part * a.rows + s) * D + c] = sm.o[r][c];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {  // the row's sum over its quad
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     }
-    for (int r = tid; r < kRefRows; r += kRefThreads) {
-        const int s = tile * kRefRows + r;
-        if (s < a.rows) {
-            a.part_ml[(part * a.rows + s) * 2] = sm.m[r];
-            a.part_ml[(part * a.rows + s) * 2 + 1] = sm.l[r];
+    const int64_t part = (int64_t)split * a.batch * a.heads_q + head;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int s = tile * kRefRows + w0 + g + 8 * h;
+        if (s >= a.rows) continue;
+        float *dst = a.part_o + (part * a.rows + s) * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *reinterpret_cast<float2 *>(dst + 8 * n + 2 * t) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+        if (t == 0) {
+            a.part_ml[(part * a.rows + s) * 2] = m[h];
+            a.part_ml[(part * a.rows + s) * 2 + 1] = l[h];
         }
     }
 }

@@ -19,4 +19,10 @@ vcattn_status cuda_quantize_for_test(vcattn_context *ctx, const vcattn_call *cal
     return vcattn_fail(ctx, VCATTN_ERR_BACKEND_UNAVAILABLE, "cuda backend: libvcattn was built without CUDA");
 }
 
+vcattn_status cuda_order_reference_for_test(vcattn_context *ctx, const vcattn_call *call, const vcattn_tensor *q,
+                                            const vcattn_tensor *k, const vcattn_tensor *v, const vcattn_rope *rope,
+                                            int rows, float *out) {
+    return vcattn_fail(ctx, VCATTN_ERR_BACKEND_UNAVAILABLE, "cuda backend: libvcattn was built without CUDA");
+}
+
 void cuda_release_context(vcattn_context *ctx) { (void)ctx; }
