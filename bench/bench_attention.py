@@ -224,16 +224,16 @@ def bench_shape(vc, name, shape, reps, check_finite=0, method="vc", probe_rows=0
     # Wan2.2 where bench_grouping.py's five calls read +10% (2026-12-03).
     row["vc_grouping_ms"] = time_ms(warm_group, reps)
     if probe_rows:  # the attention probe's cost: with and without it, plain step and drop-in, in turn
-        cfg_p = vc.config(method, check_finite)
-        cfg_p.vsmooth_probe_rows = probe_rows
+        cfg_0, cfg_p = vc.config(method, check_finite), vc.config(method, check_finite)
+        cfg_0.vsmooth_probe_rows, cfg_p.vsmooth_probe_rows = 0, probe_rows
         vc.lib.vcattn_layer_set_step(layer, 1)
         (row["vc_call_again_ms"], row["vc_probe_call_ms"], row["vc_dropin_again_ms"],
          row["vc_probe_dropin_ms"]) = medians_interleaved_ms(
-            [lambda: vc(q, k, v, out, cfg, layer), lambda: vc(q, k, v, out, cfg_p, layer),
-             lambda: vc(q, k, v, out, cfg), lambda: vc(q, k, v, out, cfg_p)], reps, "cuda")
+            [lambda: vc(q, k, v, out, cfg_0, layer), lambda: vc(q, k, v, out, cfg_p, layer),
+             lambda: vc(q, k, v, out, cfg_0), lambda: vc(q, k, v, out, cfg_p)], reps, "cuda")
         # the GPU time the probe adds (every kernel summed): its work, free of the wall clock's drift
-        for key, c, lay in (("vc_call", cfg, layer), ("vc_probe_call", cfg_p, layer),
-                            ("vc_dropin", cfg, None), ("vc_probe_dropin", cfg_p, None)):
+        for key, c, lay in (("vc_call", cfg_0, layer), ("vc_probe_call", cfg_p, layer),
+                            ("vc_dropin", cfg_0, None), ("vc_probe_dropin", cfg_p, None)):
             row[key + "_gpu_ms"] = gpu_ms(lambda c=c, lay=lay: vc(q, k, v, out, c, lay), reps)
     cfg2 = vc.config("sage2", check_finite)
     row["sage2_ours_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg2), reps)
@@ -266,7 +266,8 @@ def main():
                     help="time calls with the input checks on (the library's default; off here by default)")
     ap.add_argument("--method", default="vc", help="the method timed as 'vc' (e.g. vc+qsmooth)")
     ap.add_argument("--probe-rows", type=int, default=0,
-                    help="also time vc with V-Smooth's attention probe of this many rows (plain step, drop-in)")
+                    help="also time vc with V-Smooth's attention probe of this many rows against vc without it "
+                         "(plain step, drop-in; vc itself probes 32 rows)")
     args = ap.parse_args()
     vc = Vcattn(args.lib)
     rows = []

@@ -42,7 +42,8 @@ def main():
     ap.add_argument("--method", default="vc")
     ap.add_argument("--calls", type=int, default=4)
     ap.add_argument("--lib", default=None)
-    ap.add_argument("--probe-rows", type=int, default=0, help="V-Smooth's attention probe rows (0: off)")
+    ap.add_argument("--probe-rows", type=int, default=None,
+                    help="V-Smooth's attention probe rows (0: off; default: the method's, 32 for vc)")
     ap.add_argument("--drop-in", action="store_true", help="calls without a layer state (the public call's path)")
     ap.add_argument("--check-finite", action="store_true", help="with the finite check (the public call's default)")
     ap.add_argument("--kernels", action="store_true",
@@ -57,7 +58,8 @@ def main():
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     out = torch.empty_like(q)
     cfg, layer = vc.config(args.method, int(args.check_finite)), None if args.drop_in else vc.layer(40)
-    cfg.vsmooth_probe_rows = args.probe_rows
+    if args.probe_rows is not None:
+        cfg.vsmooth_probe_rows = args.probe_rows
     for call in range(args.calls):
         if layer:
             vc.lib.vcattn_layer_set_step(layer, min(call, 1))

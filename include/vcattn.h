@@ -166,7 +166,9 @@ typedef enum {
 #define VCATTN_MAX_THREADS 1024
 #define VCATTN_MAX_PROBE_ROWS 256
 #define VCATTN_PROBE_ROWS 64           /* the "+probe" suffix's rows (docs/fidelity.md) */
+#define VCATTN_DEFAULT_PROBE_ROWS 32   /* "vc" without "+probe" */
 #define VCATTN_MAX_ORDER_ROWS 4096
+#define VCATTN_DEFAULT_ORDER_ROWS 256  /* "vc": the order chosen per key head at grouping steps */
 
 typedef struct {
     /* score path */
@@ -233,7 +235,9 @@ typedef struct {
      * centre stays the plain mean, and the same weights decide, per block and
      * channel, whether it is subtracted at all. In
      * [0, VCATTN_MAX_PROBE_ROWS], 0 = the plain block mean (the paper),
-     * default 0, VCATTN_PROBE_ROWS in "vsmooth-4bit" (docs/fidelity.md) */
+     * default VCATTN_DEFAULT_PROBE_ROWS in "vc" (vcattn_config_default()),
+     * VCATTN_PROBE_ROWS in "vsmooth-4bit" and with "+probe", 0 in the others
+     * (docs/fidelity.md) */
     int vsmooth_probe_rows;
     /* value path, V-Smooth's token order at a grouping step (a layer state
      * at a cold or warm plan): each key head takes the k-means order or the
@@ -241,8 +245,9 @@ typedef struct {
      * smaller squared error of the quantized output against exact attention
      * on this many sampled query rows of its query heads (the probe's rows).
      * In [0, VCATTN_MAX_ORDER_ROWS], 0 = k-means for every head (the paper),
-     * default 0. On the GPU the reference is BF16 on the tensor cores
-     * (docs/fidelity.md: it may part from the CPU's choice near a tie) */
+     * default VCATTN_DEFAULT_ORDER_ROWS in "vc", 0 in the others. On the
+     * GPU the reference is BF16 on the tensor cores (docs/fidelity.md: it
+     * may part from the CPU's choice near a tie) */
     int vsmooth_order_rows;
 } vcattn_config;
 
@@ -271,9 +276,9 @@ VCATTN_API size_t vcattn_config_size(void);
  * "sage2+hadamard+qsmooth") turns on q_smoothing (both backends; on the GPU
  * it costs the vc kernel 16-17%, so no preset has it by default), then, for
  * the V-Smooth methods, a "+probe" suffix (e.g. "vc+probe") sets
- * vsmooth_probe_rows to VCATTN_PROBE_ROWS (more faithful on sharp
- * attention; about 1% slower at Wan2.2 and 2-3% at LongCat on the H100
- * for now; "vsmooth-4bit" has it already). Names
+ * vsmooth_probe_rows to VCATTN_PROBE_ROWS ("vc" probes
+ * VCATTN_DEFAULT_PROBE_ROWS without it, "vsmooth" none, "vsmooth-4bit" has
+ * it already). Names
  * match whatever the case of their letters ("VC+Hadamard").
  * Returns VCATTN_ERR_UNKNOWN_NAME for anything else.
  */

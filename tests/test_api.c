@@ -353,10 +353,17 @@ static void test_objects(void) {
           !c.q_smoothing, "vc+probe");
     CHECK(vcattn_config_from_method("vsmooth+hadamard+qsmooth+probe", &c) == VCATTN_OK && c.hadamard &&
           c.q_smoothing && c.vsmooth_probe_rows == VCATTN_PROBE_ROWS, "vsmooth+hadamard+qsmooth+probe");
-    CHECK(vcattn_config_from_method("vc", &c) == VCATTN_OK && c.vsmooth_probe_rows == 0, "vc: no probe by default");
+    CHECK(vcattn_config_from_method("vc", &c) == VCATTN_OK && c.vsmooth_probe_rows == VCATTN_DEFAULT_PROBE_ROWS &&
+          c.vsmooth_order_rows == VCATTN_DEFAULT_ORDER_ROWS, "vc: 32 probe rows and the order choice by default");
+    vcattn_config vc_default = vcattn_config_default();
+    CHECK(!memcmp(&vc_default, &c, sizeof c), "vcattn_config_default() is method vc");
+    CHECK(vcattn_config_from_method("sage2", &c) == VCATTN_OK && !c.vsmooth_probe_rows && !c.vsmooth_order_rows,
+          "sage2: no probe, no order choice");
     CHECK(vcattn_config_from_method("vsmooth-4bit", &c) == VCATTN_OK && c.vsmooth_probe_rows == VCATTN_PROBE_ROWS &&
           vcattn_config_from_method("vsmooth-4bit+probe", &c) == VCATTN_OK && c.vsmooth_probe_rows == VCATTN_PROBE_ROWS,
           "vsmooth-4bit: the probe by default");
+    CHECK(vcattn_config_from_method("vsmooth-4bit", &c) == VCATTN_OK && !c.vsmooth_order_rows,
+          "vsmooth-4bit: no order choice");
     CHECK(vcattn_config_from_method("sage2+probe", &c) == VCATTN_ERR_UNKNOWN_NAME &&
           vcattn_config_from_method("sage3-4bit+probe", &c) == VCATTN_ERR_UNKNOWN_NAME &&
           vcattn_config_from_method("vc+probe+qsmooth", &c) == VCATTN_ERR_UNKNOWN_NAME,

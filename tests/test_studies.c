@@ -26,13 +26,18 @@ typedef struct {
                                   as the drop-in call (no layer state) */
 } ordering_case;
 
+/* vc's figures with its default probe (32 rows) and order choice (256 rows),
+ * 2026-12-06; before them the grouping step read 0.01284, 0.01208, 0.01352,
+ * 0.01125, 0.01429, 0.01461 and the drop-in call 0.01350, 0.01220, 0.01436,
+ * 0.01125, 0.01410, 0.01489 (none worse by 0.1 dB now: hunyuan-small's
+ * grouping step, -0.09 dB, is the closest). */
 static const ordering_case ORDERINGS[] = {
-    {"wan2.2-small", 1, {"sage2", "vsmooth", "vc"}, {0.01457, 0.01240, 0.01284, 0.01350}},
-    {"longcat-small", 1, {"sage2", "vsmooth", "vc"}, {0.01338, 0.01153, 0.01208, 0.01220}},
-    {"hunyuan-small", 1, {"sage2", "vsmooth", "vc"}, {0.01484, 0.01314, 0.01352, 0.01436}},
-    {"minimax-small", 1, {"sage2", "vsmooth", "vc"}, {0.01151, 0.01054, 0.01125, 0.01125}},
-    {"small", 1, {"sage2+qsmooth", "vsmooth+qsmooth", "vc+qsmooth"}, {0.01438, 0.01346, 0.01429, 0.01410}},
-    {"small", 4, {"sage2", "vsmooth", "vc"}, {0.01575, 0.01387, 0.01461, 0.01489}},
+    {"wan2.2-small", 1, {"sage2", "vsmooth", "vc"}, {0.01457, 0.01240, 0.01281, 0.01349}},
+    {"longcat-small", 1, {"sage2", "vsmooth", "vc"}, {0.01338, 0.01153, 0.01194, 0.01216}},
+    {"hunyuan-small", 1, {"sage2", "vsmooth", "vc"}, {0.01484, 0.01314, 0.01366, 0.01431}},
+    {"minimax-small", 1, {"sage2", "vsmooth", "vc"}, {0.01151, 0.01054, 0.01105, 0.01127}},
+    {"small", 1, {"sage2+qsmooth", "vsmooth+qsmooth", "vc+qsmooth"}, {0.01438, 0.01346, 0.01372, 0.01409}},
+    {"small", 4, {"sage2", "vsmooth", "vc"}, {0.01575, 0.01387, 0.01458, 0.01490}},
 };
 
 /* One draw's inputs in bf16, as `vcattn eval` runs them: each method's output
@@ -88,6 +93,8 @@ static void method_ordering(vcattn_context *ctx, const ordering_case *oc) {
               "%s%s on %s (%d draws): relative L2 %.5f, measured %.5f (+3%% allowed)", oc->methods[i < 3 ? i : 2],
               i < 3 ? "" : " drop-in", oc->preset, oc->draws, err[i], oc->measured[i]);
     }
+    printf("ordering %-14s %d draw(s): %s %.5f, %s %.5f, %s %.5f, %s drop-in %.5f\n", oc->preset, oc->draws,
+           oc->methods[0], err[0], oc->methods[1], err[1], oc->methods[2], err[2], oc->methods[2], err[3]);
     CHECK(err[1] < err[0] && err[2] < err[0] && err[3] < err[0],
           "%s (%d draws): %s %.5f, %s %.5f and %s drop-in %.5f should beat %s %.5f", oc->preset, oc->draws,
           oc->methods[1], err[1], oc->methods[2], err[2], oc->methods[2], err[3], oc->methods[0], err[0]);

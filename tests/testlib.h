@@ -91,6 +91,8 @@ static inline int expcast_boundary_configs(int64_t nk, vcattn_config cfg[3]) {
     cfg[1] = cfg[0];
     cfg[1].expcast_min_keys = 0;
     vcattn_config_from_method("vsmooth", &cfg[2]);
+    cfg[2].vsmooth_probe_rows = cfg[0].vsmooth_probe_rows;  /* vc's V-Smooth: its probe and order choice */
+    cfg[2].vsmooth_order_rows = cfg[0].vsmooth_order_rows;
     return nk < cfg[0].expcast_min_keys ? 2 : 1;
 }
 

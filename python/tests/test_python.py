@@ -67,9 +67,11 @@ check(np.array_equal(vcattn.attention(q, k, v, method="vc", hadamard=1), out_h),
 check(np.array_equal(vcattn.attention(q, k, v, config=vcattn.config("vc+hadamard")), out_h), "config= Config")
 check(np.array_equal(vcattn.attention(q, k, v, config={"hadamard": 1}), out_h), "config= mapping")
 check(rel(vcattn.attention(q, k, v, method="vc", sink_guard=0.9), ref) < 0.06, "sink_guard keyword")
-# 200 keys: vc takes exp then the cast (as vsmooth) unless ExpCast is forced
-check(np.array_equal(vcattn.attention(q, k, v), vcattn.attention(q, k, v, method="vsmooth")),
-      "vc below expcast_min_keys equals vsmooth")
+# 200 keys: vc takes exp then the cast (as vsmooth with vc's probe) unless ExpCast is forced
+vc_cfg = vcattn.config("vc")
+check(np.array_equal(vcattn.attention(q, k, v), vcattn.attention(
+    q, k, v, method="vsmooth", vsmooth_probe_rows=vc_cfg.vsmooth_probe_rows,
+    vsmooth_order_rows=vc_cfg.vsmooth_order_rows)), "vc below expcast_min_keys equals vsmooth")
 out_ec = vcattn.attention(q, k, v, expcast_min_keys=0)
 check(not np.array_equal(out_ec, out_hnd) and rel(out_ec, ref) < 0.06, "expcast_min_keys=0 keyword")
 check(np.array_equal(vcattn.attention(q, k, v, method="bf16", scale=0.05), out_scaled), "scale alias")
@@ -171,7 +173,8 @@ raises(ValueError, lambda: vcattn.Schedule(0), "num_inference_steps", "zero step
 
 # ---- the drop-in call: V-Smooth in the principal order, no k-means ---------------
 drop = vcattn.attention(q, k, v)
-grouped = vcattn.attention(q, k, v, state=vcattn.Schedule(num_inference_steps=1).layer("once"))
+# k-means for every head (by default each key head may take the principal order instead)
+grouped = vcattn.attention(q, k, v, state=vcattn.Schedule(num_inference_steps=1).layer("once"), vsmooth_order_rows=0)
 plain = vcattn.attention(q, k, v, vsmooth=0)
 check(np.array_equal(drop, vcattn.attention(q, k, v)), "the drop-in call is deterministic")
 check(not np.array_equal(drop, grouped) and not np.array_equal(drop, plain),

@@ -100,9 +100,8 @@ def attention(q: Any, k: Any, v: Any, tensor_layout: Layout = "HND", is_causal: 
     backend also runs "bf16", "fp8-naive", "sage3-4bit", "vsmooth-4bit", and
     any method with a "+qsmooth" suffix (Q smoothing: slightly more faithful,
     16-17% slower attention kernel for vc on the H200); the V-Smooth methods
-    then take "+probe" (V-Smooth weighted by the attention of 64 query rows:
-    more faithful on sharp attention, ~2% slower at Wan2.2 for now;
-    "vsmooth-4bit" has it already).
+    then take "+probe" (V-Smooth's centres weighted by the attention of 64
+    query rows instead of vc's default 32; "vsmooth-4bit" has it already).
     sm_scale (or its alias scale, as in torch SDPA): softmax scale, default
     1/sqrt(D). state: a LayerState (or Schedule.layer(...)) carrying the
     V-Smooth grouping across denoising steps; None (the drop-in call, within

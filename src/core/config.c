@@ -26,6 +26,8 @@ vcattn_config vcattn_config_default(void) {
     c.num_threads = 0;
     c.sink_guard = 0.25f;
     c.expcast_min_keys = 1024;
+    c.vsmooth_probe_rows = VCATTN_DEFAULT_PROBE_ROWS;
+    c.vsmooth_order_rows = VCATTN_DEFAULT_ORDER_ROWS;
     return c;
 }
 
@@ -39,17 +41,20 @@ typedef struct {
     vcattn_p_format p;
     vcattn_v_format v;
     int vsmooth;
-    int probe;  /* vsmooth_probe_rows = VCATTN_PROBE_ROWS by default */
+    int probe_rows, order_rows;  /* vsmooth_probe_rows, vsmooth_order_rows */
 } method_preset;
 
+/* vc probes and chooses the order per key head by default (docs/fidelity.md);
+ * vsmooth stays the paper's V-Smooth, the ablation without ExpCast. */
 static const method_preset METHODS[] = {
-    {"bf16",         VCATTN_QK_EXACT, 0, VCATTN_P_BF16,        VCATTN_V_EXACT,       0, 0},
-    {"fp8-naive",    VCATTN_QK_FP8,   0, VCATTN_P_FP8_CAST,    VCATTN_V_FP8_BLOCK,   0, 0},
-    {"sage2",        VCATTN_QK_INT8,  1, VCATTN_P_FP8_CAST,    VCATTN_V_FP8_CHANNEL, 0, 0},
-    {"vsmooth",      VCATTN_QK_INT8,  1, VCATTN_P_FP8_CAST,    VCATTN_V_FP8_CHANNEL, 1, 0},
-    {"vc",           VCATTN_QK_INT8,  1, VCATTN_P_FP8_EXPCAST, VCATTN_V_FP8_CHANNEL, 1, 0},
-    {"sage3-4bit",   VCATTN_QK_NVFP4, 1, VCATTN_P_NVFP4,       VCATTN_V_NVFP4,       0, 0},
-    {"vsmooth-4bit", VCATTN_QK_NVFP4, 1, VCATTN_P_NVFP4,       VCATTN_V_NVFP4,       1, 1},
+    {"bf16",         VCATTN_QK_EXACT, 0, VCATTN_P_BF16,        VCATTN_V_EXACT,       0, 0, 0},
+    {"fp8-naive",    VCATTN_QK_FP8,   0, VCATTN_P_FP8_CAST,    VCATTN_V_FP8_BLOCK,   0, 0, 0},
+    {"sage2",        VCATTN_QK_INT8,  1, VCATTN_P_FP8_CAST,    VCATTN_V_FP8_CHANNEL, 0, 0, 0},
+    {"vsmooth",      VCATTN_QK_INT8,  1, VCATTN_P_FP8_CAST,    VCATTN_V_FP8_CHANNEL, 1, 0, 0},
+    {"vc",           VCATTN_QK_INT8,  1, VCATTN_P_FP8_EXPCAST, VCATTN_V_FP8_CHANNEL, 1,
+     VCATTN_DEFAULT_PROBE_ROWS, VCATTN_DEFAULT_ORDER_ROWS},
+    {"sage3-4bit",   VCATTN_QK_NVFP4, 1, VCATTN_P_NVFP4,       VCATTN_V_NVFP4,       0, 0, 0},
+    {"vsmooth-4bit", VCATTN_QK_NVFP4, 1, VCATTN_P_NVFP4,       VCATTN_V_NVFP4,       1, VCATTN_PROBE_ROWS, 0},
 };
 #define NUM_METHODS (sizeof METHODS / sizeof METHODS[0])
 
@@ -166,7 +171,8 @@ vcattn_status vcattn_config_from_method(const char *method, vcattn_config *cfg) 
         c.vsmooth = m->vsmooth;
         c.hadamard = hadamard;
         c.q_smoothing = q_smoothing;
-        c.vsmooth_probe_rows = probe || m->probe ? VCATTN_PROBE_ROWS : 0;
+        c.vsmooth_probe_rows = probe ? VCATTN_PROBE_ROWS : m->probe_rows;
+        c.vsmooth_order_rows = m->order_rows;
         *cfg = c;
         return VCATTN_OK;
     }
