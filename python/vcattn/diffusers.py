@@ -149,8 +149,7 @@ def register():
         if member is None:
             member = _add_member(ad.AttentionBackendName, member_name, name)
         if registry._backends.get(member) is not fn:
-            # no context parallelism: diffusers then refuses the backend on a model with a parallel config
-            registry.register(member, constraints=[], supports_context_parallel=False)(fn)
+            registry.register(member, constraints=[], supports_context_parallel=True)(fn)
         members.append(member)
     return members[0]
 
@@ -222,9 +221,9 @@ def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale,
     """rope: (cos, sin) [S, D/2] tables for query and key given before their
     rotary embedding (interleaved pairs): applied inside vcattn's quantizers,
     or here before an SDPA route."""
-    if _parallel_config is not None:
-        raise ValueError("vcattn: diffusers context parallelism is not routed through vcattn; for sequence-parallel "
-                         "runs use vcattn.parallel (xDiT's and yunchang's ring/Ulysses attention)")
+    if getattr(_parallel_config, "context_parallel_config", None) is not None:
+        return _route_parallel(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
+                               _parallel_config, rope)
     batch, nq, nk = query.shape[0], query.shape[1], key.shape[1]
     why = key_mask = None
     if nq != nk:  # cross-attention to a short context: little to gain, kept exact
@@ -262,6 +261,60 @@ def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale,
     if out.shape[-1] != d:
         out = out[..., :d]
     return (out, lse) if return_lse else out
+
+
+def _route_parallel(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse, config, rope):
+    """diffusers' context parallelism (Ulysses: an all-to-all over heads; a
+    ring over key chunks merged through their LSE; or both): diffusers' own
+    collectives around vcattn's drop-in call, which returns the LSE the ring
+    merges by. Every rank's call is a drop-in call (the principal order):
+    under a ring a layer's call runs once per key chunk, which a layer state
+    cannot follow. rope: this rank's tables, applied before the tokens move."""
+    if rope is not None:
+        query, key = _rotate(query, *rope), _rotate(key, *rope)
+    why = None
+    if attn_mask is not None:
+        why = "an attention mask"
+    elif is_causal:
+        why = "causal attention (V-Smooth reorders the keys)"
+    elif dropout_p:
+        why = "dropout_p > 0"
+    elif enable_gqa or query.shape[2] != key.shape[2]:
+        why = "grouped-query heads (diffusers' parallel attention takes equal heads)"
+    elif query.device.type not in ("cpu", "cuda"):
+        why = "tensors on %s" % query.device.type
+    elif query.is_cuda and query.shape[-1] > max(_core._GPU_HEAD_DIMS):
+        why = "head dim %d on the GPU (64 and 128; smaller ones padded)" % query.shape[-1]
+    if why is not None:
+        if not torch.compiler.is_compiling():
+            _warn_once("parallel:" + why, "vcattn: %s under context parallelism runs on diffusers' native backend; "
+                                          "further such calls do too" % why)
+        _count("sdpa:parallel")
+        return _native(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p,
+                       is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse,
+                       _parallel_config=config)
+    templated = getattr(_dispatcher(), "_templated_context_parallel_attention", None)
+    if templated is None:
+        raise RuntimeError("vcattn: this diffusers has no _templated_context_parallel_attention (diffusers 0.42's "
+                           "parallel attention, which vcattn's context parallelism runs in)")
+    return templated(query, key, value, None, 0.0, False, scale, False, return_lse, forward_op=_parallel_forward_op,
+                     backward_op=_parallel_backward_op, _parallel_config=config)
+
+
+def _parallel_forward_op(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                         enable_gqa=False, return_lse=False, _save_ctx=True, _parallel_config=None):
+    """One rank's attention inside diffusers' parallel attention: [B, S, H, D]
+    in, (out, lse [B, S, H]) out. Short sequences stay on vcattn here (the
+    ring merges by the LSE, which diffusers' native backend does not give)."""
+    q, k, v, scale, d, _, _, _ = _torch_op.prepare(query, key, value, scale, "NHD")
+    out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, None, None)
+    if out.shape[-1] != d:
+        out = out[..., :d]
+    return (out, lse.transpose(1, 2)) if return_lse else out
+
+
+def _parallel_backward_op(ctx, grad_out, *args, **kwargs):
+    raise RuntimeError("vcattn: inference only (there is no backward)")
 
 
 def attention_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,

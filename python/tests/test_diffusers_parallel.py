@@ -1,0 +1,142 @@
+"""vcattn's diffusers backend under diffusers' own context parallelism, on two
+processes over gloo: the backend called as diffusers' dispatcher calls it,
+with a ParallelConfig whose mesh is Ulysses (all-to-all over heads) or a
+ring (key chunks merged through the LSE). Ulysses must give the single
+call's bits (each rank runs whole heads over the whole sequence); the ring
+must stay within the single call's error to FP64. Also: RoPE tables of the
+rank's own tokens (the fused processors' route), a key-padding mask (sent to
+diffusers' native backend, which runs Ulysses itself), and the registry says
+the backends support context parallelism. Exits 77 without torch or
+diffusers."""
+import os
+import sys
+import tempfile
+import warnings
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import check, finish, skip  # noqa: E402
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from diffusers.models import attention_dispatch  # noqa: F401
+    from diffusers.models._modeling_parallel import ContextParallelConfig, ParallelConfig
+except ImportError as e:
+    skip("test_diffusers_parallel", e)
+
+WORLD = 2
+B, S, H, D = 1, 640, 4, 64  # S / 2 = 320 tokens per rank: a tail tile on every chunk
+
+
+def inputs():
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(B, S, H, D, generator=g) for _ in range(3))
+    k += 0.5
+    v[:, ::97] *= 6.0
+    angles = torch.rand(S, D // 2, generator=g) * 6.283
+    mask = torch.ones(B, S, dtype=torch.bool)
+    mask[:, -40:] = False  # padded keys at the end of the second rank's shard
+    return q, k, v, (angles.cos(), angles.sin()), mask
+
+
+def worker(rank, ulysses, ring, path):
+    import vcattn.diffusers as vd
+    from torch.distributed.device_mesh import init_device_mesh
+    dist.init_process_group("gloo", init_method="file://" + path, rank=rank, world_size=WORLD)
+    torch.set_num_threads(1)
+    cp = ContextParallelConfig(ring_degree=ring, ulysses_degree=ulysses)
+    cp.setup(rank, WORLD, torch.device("cpu"),
+             init_device_mesh("cpu", (ring, ulysses), mesh_dim_names=("ring", "ulysses")))
+    config = ParallelConfig(context_parallel_config=cp)
+    q, k, v, (cos, sin), mask = inputs()
+    part = slice(rank * S // WORLD, (rank + 1) * S // WORLD)
+    ql, kl, vl = (t[:, part].contiguous() for t in (q, k, v))
+    results = {"plain": vd.attention_backend(ql, kl, vl, _parallel_config=config),
+               "rope": vd._route(False, ql, kl, vl, None, 0.0, False, None, False, False, config,
+                                 rope=(cos[part], sin[part]))}
+    if ring == 1:  # diffusers' native backend (the masked route) has no ring
+        results["mask"] = vd.attention_backend(ql, kl, vl, attn_mask=mask[:, part].contiguous(),
+                                               _parallel_config=config)
+    results["routes"] = dict(vd.stats)
+    gathered = {}
+    for name, out in results.items():
+        if name == "routes":
+            continue
+        parts = [torch.empty_like(out) for _ in range(WORLD)]
+        dist.all_gather(parts, out.contiguous())
+        gathered[name] = torch.cat(parts, 1)
+    if rank == 0:
+        gathered["routes"] = results["routes"]
+        torch.save(gathered, path + ".out")
+    dist.barrier()
+    dist.destroy_process_group()
+    # gloo's threads sometimes abort the interpreter's own exit (see test_parallel.py): leave at once
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def run(ulysses, ring):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "rendezvous")
+        mp.spawn(worker, args=(ulysses, ring, path), nprocs=WORLD)
+        return torch.load(path + ".out")
+
+
+def rotate(x, cos, sin):
+    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), -1).flatten(-2)
+
+
+def main():
+    import vcattn.diffusers as vd
+    member = vd.register()
+    registry = attention_dispatch._AttentionBackendRegistry
+    check(registry._is_context_parallel_available(member) and
+          registry._is_context_parallel_available(vd._schedule_member()),
+          "the registry does not list vcattn's backends as supporting context parallelism")
+    q, k, v, (cos, sin), mask = inputs()
+
+    def reference(q, k, key_mask=None):
+        bias = None if key_mask is None else torch.where(key_mask, 0.0, float("-inf")).double()[:, None, None, :]
+        out = torch.nn.functional.scaled_dot_product_attention(
+            *(t.double().transpose(1, 2) for t in (q, k, v)), attn_mask=bias)
+        return out.transpose(1, 2)
+
+    def err(o, ref):
+        return ((o.double() - ref).norm() / ref.norm()).item()
+    ref_plain, ref_rope = reference(q, k), reference(rotate(q, cos, sin), rotate(k, cos, sin))
+    single = vd.attention_backend(q, k, v)
+    single_rope = vd._route(False, q, k, v, None, 0.0, False, None, False, False, None, rope=(cos, sin))
+    ref_mask = reference(q, k, mask)
+    for ulysses, ring, name in ((2, 1, "ulysses"), (1, 2, "ring")):
+        out = run(ulysses, ring)
+        routes = out.pop("routes")
+        for case, o in out.items():
+            check(o.shape == single.shape and not o.isnan().any(), "%s %s: shape or NaN" % (name, case))
+        print("%-7s error %.4e (single call %.4e); with RoPE %.4e (single %.4e); routes %s"
+              % (name, err(out["plain"], ref_plain), err(single, ref_plain), err(out["rope"], ref_rope),
+                 err(single_rope, ref_rope), routes))
+        check(routes.get("vcattn", 0) >= (2 if ring == 1 else 4),
+              "%s: the rank's calls did not run on vcattn (routes %s)" % (name, routes))
+        if name == "ulysses":
+            check(torch.equal(out["plain"], single), "ulysses: not the single call's bits")
+            check(err(out["mask"], ref_mask) < 1e-5,
+                  "ulysses with a key-padding mask: %.3e from FP64 (diffusers' native backend)"
+                  % err(out["mask"], ref_mask))
+        check(err(out["plain"], ref_plain) <= 1.25 * err(single, ref_plain) + 1e-4,
+              "%s: error %.4e against the single call's %.4e" % (name, err(out["plain"], ref_plain),
+                                                                err(single, ref_plain)))
+        check(err(out["rope"], ref_rope) <= 1.25 * err(single_rope, ref_rope) + 1e-4,
+              "%s with RoPE: error %.4e against the single call's %.4e"
+              % (name, err(out["rope"], ref_rope), err(single_rope, ref_rope)))
+    finish("test_diffusers_parallel")
+
+
+if __name__ == "__main__":
+    main()
