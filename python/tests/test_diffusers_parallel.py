@@ -3,7 +3,8 @@ processes over gloo: the backend called as diffusers' dispatcher calls it,
 with a ParallelConfig whose mesh is Ulysses (all-to-all over heads) or a
 ring (key chunks merged through the LSE). Ulysses must give the single
 call's bits (each rank runs whole heads over the whole sequence); the ring
-must stay within the single call's error to FP64. Also: RoPE tables of the
+must stay within the single call's error to FP64. A whole tiny Wan under
+transformer.enable_parallelism likewise. Also: RoPE tables of the
 rank's own tokens (the fused processors' route), a key-padding mask (sent to
 diffusers' native backend, which runs Ulysses itself), and the registry says
 the backends support context parallelism. Exits 77 without torch or
@@ -44,6 +45,22 @@ def inputs():
     return q, k, v, (angles.cos(), angles.sin()), mask
 
 
+def wan():
+    from diffusers import WanTransformer3DModel
+    torch.manual_seed(0)
+    return WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=64,
+                                 in_channels=16, out_channels=16, text_dim=32, freq_dim=32, ffn_dim=64,
+                                 num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+                                 rope_max_seq_len=32).eval()
+
+
+def forward(model):
+    g = torch.Generator().manual_seed(1)
+    x, text = torch.randn(1, 16, 4, 16, 16, generator=g), torch.randn(1, 12, 32, generator=g)
+    with torch.no_grad():  # 4 x 8 x 8 = 256 tokens, 128 a rank
+        return model(x, timestep=torch.tensor([999]), encoder_hidden_states=text, return_dict=False)[0]
+
+
 def worker(rank, ulysses, ring, path):
     import vcattn.diffusers as vd
     from torch.distributed.device_mesh import init_device_mesh
@@ -70,6 +87,19 @@ def worker(rank, ulysses, ring, path):
         parts = [torch.empty_like(out) for _ in range(WORLD)]
         dist.all_gather(parts, out.contiguous())
         gathered[name] = torch.cat(parts, 1)
+    # a whole tiny Wan under transformer.enable_parallelism (diffusers splits and gathers the sequence): with
+    # the backend by name, and as vcattn's set_backend installs it (fused RoPE, the schedule's backend)
+    torch.accelerator.device_count = lambda: 1  # a CPU build has none; diffusers places rank r on r % count
+    for name, install in (("model", lambda m: m.set_attention_backend("vcattn")),
+                          ("model, set_backend", lambda m: vd.set_backend(m, num_inference_steps=4))):
+        m = wan()
+        install(m)
+        m.enable_parallelism(config=ParallelConfig(context_parallel_config=ContextParallelConfig(
+            ring_degree=ring, ulysses_degree=ulysses)))
+        n0 = vd.stats["vcattn"]
+        gathered[name] = forward(m)
+        gathered[name + " processor"] = type(m.blocks[0].attn1.processor).__name__
+        gathered[name + " calls"] = vd.stats["vcattn"] - n0
     if rank == 0:
         gathered["routes"] = results["routes"]
         torch.save(gathered, path + ".out")
@@ -114,9 +144,28 @@ def main():
     single = vd.attention_backend(q, k, v)
     single_rope = vd._route(False, q, k, v, None, 0.0, False, None, False, False, None, rope=(cos, sin))
     ref_mask = reference(q, k, mask)
+    model = wan()
+    model_ref = forward(model)  # diffusers' native backend
+    model.set_attention_backend("vcattn")
+    model_single = forward(model)
+    model.reset_attention_backend()
     for ulysses, ring, name in ((2, 1, "ulysses"), (1, 2, "ring")):
         out = run(ulysses, ring)
         routes = out.pop("routes")
+        for case in ("model", "model, set_backend"):
+            o, processor, calls = out.pop(case), out.pop(case + " processor"), out.pop(case + " calls")
+            check(calls == 2 * ring,  # a call a block, once per key chunk under a ring
+                  "%s %s: %d vcattn calls on rank 0 (two blocks)" % (name, case, calls))
+            check(processor == ("WanRopeProcessor" if case != "model" else "WanAttnProcessor"),
+                  "%s %s: the processor is %s" % (name, case, processor))
+            check(o.shape == model_single.shape and not o.isnan().any(), "%s %s: shape or NaN" % (name, case))
+            print("%-7s %-18s error %.4e to diffusers' native backend (one process: %.4e)"
+                  % (name, case, err(o, model_ref.double()), err(model_single, model_ref.double())))
+            if name == "ulysses" and case == "model":
+                check(torch.equal(o, model_single), "ulysses, a whole model: not the single process's bits")
+            check(err(o, model_ref.double()) <= 1.25 * err(model_single, model_ref.double()) + 1e-4,
+                  "%s %s: %.4e from the native backend's output, one process %.4e"
+                  % (name, case, err(o, model_ref.double()), err(model_single, model_ref.double())))
         for case, o in out.items():
             check(o.shape == single.shape and not o.isnan().any(), "%s %s: shape or NaN" % (name, case))
         print("%-7s error %.4e (single call %.4e); with RoPE %.4e (single %.4e); routes %s"

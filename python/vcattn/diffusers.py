@@ -495,6 +495,10 @@ class _FusedRopeProcessor:
     def _parallel_config(self):
         return getattr(self.stock, "_parallel_config", None)
 
+    @_parallel_config.setter
+    def _parallel_config(self, value):  # transformer.enable_parallelism sets it
+        self.stock._parallel_config = value
+
 
 def _pair_tables(cos, sin, tokens, head_dim):
     """diffusers' [S, D] tables, each angle repeated for its pair (2i, 2i+1),
