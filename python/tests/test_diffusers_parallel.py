@@ -105,13 +105,14 @@ def worker(rank, ulysses, ring, path):
     for name, install in (("model", lambda m: m.set_attention_backend("vcattn")),
                           ("model, set_backend", lambda m: vd.set_backend(m, num_inference_steps=4))):
         m = wan(device)
-        install(m)
+        handle = install(m)
         m.enable_parallelism(config=ParallelConfig(context_parallel_config=ContextParallelConfig(
             ring_degree=ring, ulysses_degree=ulysses)))
         n0 = vd.stats["vcattn"]
         gathered[name] = forward(m, device)
         gathered[name + " processor"] = type(m.blocks[0].attn1.processor).__name__
         gathered[name + " calls"] = vd.stats["vcattn"] - n0
+        gathered[name + " groupings"] = len(handle.groupings) if handle is not None else 0
     if rank == 0:
         gathered = {name: x.cpu() if isinstance(x, torch.Tensor) else x for name, x in gathered.items()}
         gathered["routes"] = results["routes"]
@@ -128,6 +129,10 @@ def run(ulysses, ring):
         path = os.path.join(tmp, "rendezvous")
         mp.spawn(worker, args=(ulysses, ring, path), nprocs=WORLD)
         return torch.load(path + ".out")
+
+
+def err(o, ref):
+    return ((o.double() - ref).norm() / ref.norm()).item()
 
 
 def rotate(x, cos, sin):
@@ -151,8 +156,6 @@ def main():
             *(t.double().transpose(1, 2) for t in (q, k, v)), attn_mask=bias)
         return out.transpose(1, 2)
 
-    def err(o, ref):
-        return ((o.double() - ref).norm() / ref.norm()).item()
     ref_plain, ref_rope = reference(q, k), reference(rotate(q.float(), cos, sin), rotate(k.float(), cos, sin))
     single = vd.attention_backend(q, k, v)
     single_rope = vd._route(False, q, k, v, None, 0.0, False, None, False, False, None, rope=(cos, sin))
@@ -162,28 +165,39 @@ def main():
     model.set_attention_backend("vcattn")
     model_single = forward(model, DEVICE)
     model.reset_attention_backend()
+    vd.set_backend(model, num_inference_steps=4)
+    model_grouped = forward(model, DEVICE)  # one process, a grouping step (k-means) in each layer
+    vd.disable(model)
     # the ranks' results come back on the CPU
-    ref_plain, ref_rope, ref_mask, single, single_rope, model_ref, model_single = (
-        t.cpu() for t in (ref_plain, ref_rope, ref_mask, single, single_rope, model_ref, model_single))
+    ref_plain, ref_rope, ref_mask, single, single_rope, model_ref, model_single, model_grouped = (
+        t.cpu() for t in (ref_plain, ref_rope, ref_mask, single, single_rope, model_ref, model_single,
+                          model_grouped))
+    model_err = max(err(model_single, model_ref.double()), err(model_grouped, model_ref.double()))
     sdpa_tol = 1e-5 if q.dtype == torch.float32 else 1e-2  # diffusers' native backend in q's dtype
     for ulysses, ring, name in ((2, 1, "ulysses"), (1, 2, "ring")):
         out = run(ulysses, ring)
         routes = out.pop("routes")
         for case in ("model", "model, set_backend"):
             o, processor, calls = out.pop(case), out.pop(case + " processor"), out.pop(case + " calls")
+            groupings = out.pop(case + " groupings")
+            # set_backend's layers group under Ulysses (a rank calls once per layer, on whole heads), not
+            # under a ring (a call per key chunk: drop-in calls)
+            want = 2 if case != "model" and ring == 1 else 0
+            check(groupings == want, "%s %s: %d grouping calls on rank 0, expected %d" % (name, case, groupings, want))
             check(calls == 2 * ring,  # a call a block, once per key chunk under a ring
                   "%s %s: %d vcattn calls on rank 0 (two blocks)" % (name, case, calls))
             check(processor == ("WanRopeProcessor" if case != "model" else "WanAttnProcessor"),
                   "%s %s: the processor is %s" % (name, case, processor))
             check(o.shape == model_single.shape and not o.isnan().any(), "%s %s: shape or NaN" % (name, case))
-            print("%-7s %-18s error %.4e to diffusers' native backend (one process: %.4e)"
-                  % (name, case, err(o, model_ref.double()), err(model_single, model_ref.double())))
+            print("%-7s %-18s error %.4e to diffusers' native backend (one process: %.4e drop-in, %.4e grouped)"
+                  % (name, case, err(o, model_ref.double()), err(model_single, model_ref.double()),
+                     err(model_grouped, model_ref.double())))
             if name == "ulysses" and case == "model" and DEVICE == "cpu":  # (cuBLAS may pick other kernels
                 # for a rank's half of the tokens in the layers around the attention)
                 check(torch.equal(o, model_single), "ulysses, a whole model: not the single process's bits")
-            check(err(o, model_ref.double()) <= 1.25 * err(model_single, model_ref.double()) + 1e-4,
+            check(err(o, model_ref.double()) <= 1.25 * model_err + 1e-4,
                   "%s %s: %.4e from the native backend's output, one process %.4e"
-                  % (name, case, err(o, model_ref.double()), err(model_single, model_ref.double())))
+                  % (name, case, err(o, model_ref.double()), model_err))
         for case, o in out.items():
             check(o.shape == single.shape and not o.isnan().any(), "%s %s: shape or NaN" % (name, case))
         print("%-7s error %.4e (single call %.4e); with RoPE %.4e (single %.4e); routes %s"

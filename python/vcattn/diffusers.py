@@ -222,8 +222,8 @@ def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale,
     rotary embedding (interleaved pairs): applied inside vcattn's quantizers,
     or here before an SDPA route."""
     if getattr(_parallel_config, "context_parallel_config", None) is not None:
-        return _route_parallel(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
-                               _parallel_config, rope)
+        return _route_parallel(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                               return_lse, _parallel_config, rope)
     batch, nq, nk = query.shape[0], query.shape[1], key.shape[1]
     why = key_mask = None
     if nq != nk:  # cross-attention to a short context: little to gain, kept exact
@@ -263,13 +263,15 @@ def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale,
     return (out, lse) if return_lse else out
 
 
-def _route_parallel(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse, config, rope):
+def _route_parallel(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
+                    config, rope):
     """diffusers' context parallelism (Ulysses: an all-to-all over heads; a
     ring over key chunks merged through their LSE; or both): diffusers' own
-    collectives around vcattn's drop-in call, which returns the LSE the ring
-    merges by. Every rank's call is a drop-in call (the principal order):
-    under a ring a layer's call runs once per key chunk, which a layer state
-    cannot follow. rope: this rank's tables, applied before the tokens move."""
+    collectives around vcattn's call, which returns the LSE the ring merges
+    by. Under Ulysses alone a rank calls once per layer, on whole heads, so a
+    scheduled call keeps its layer's state; under a ring a layer's call runs
+    once per key chunk, which a layer state cannot follow: drop-in calls.
+    rope: this rank's tables, applied before the tokens move."""
     if rope is not None:
         query, key = _rotate(query, *rope), _rotate(key, *rope)
     why = None
@@ -297,7 +299,9 @@ def _route_parallel(query, key, value, attn_mask, dropout_p, is_causal, scale, e
     if templated is None:
         raise RuntimeError("vcattn: this diffusers has no _templated_context_parallel_attention (diffusers 0.42's "
                            "parallel attention, which vcattn's context parallelism runs in)")
-    return templated(query, key, value, None, 0.0, False, scale, False, return_lse, forward_op=_parallel_forward_op,
+    layered = scheduled and config.context_parallel_config.ring_degree == 1
+    forward_op = _parallel_layer_forward_op if layered else _parallel_forward_op
+    return templated(query, key, value, None, 0.0, False, scale, False, return_lse, forward_op=forward_op,
                      backward_op=_parallel_backward_op, _parallel_config=config)
 
 
@@ -306,8 +310,21 @@ def _parallel_forward_op(ctx, query, key, value, attn_mask=None, dropout_p=0.0, 
     """One rank's attention inside diffusers' parallel attention: [B, S, H, D]
     in, (out, lse [B, S, H]) out. Short sequences stay on vcattn here (the
     ring merges by the LSE, which diffusers' native backend does not give)."""
+    return _parallel_call(False, query, key, value, scale, return_lse)
+
+
+def _parallel_layer_forward_op(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                               enable_gqa=False, return_lse=False, _save_ctx=True, _parallel_config=None):
+    """As _parallel_forward_op, with the layer's state (Ulysses alone)."""
+    return _parallel_call(True, query, key, value, scale, return_lse)
+
+
+def _parallel_call(scheduled, query, key, value, scale, return_lse):
     q, k, v, scale, d, _, _, _ = _torch_op.prepare(query, key, value, scale, "NHD")
-    out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, None, None)
+    if scheduled:
+        out, lse = torch.ops.vcattn.dit_layer_attention(q, k, v, _clock, scale, None, None, None)
+    else:
+        out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, None, None)
     if out.shape[-1] != d:
         out = out[..., :d]
     return (out, lse.transpose(1, 2)) if return_lse else out
