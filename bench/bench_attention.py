@@ -155,6 +155,26 @@ def gpu_ms(fn, reps):
     return sum(e.device_time for e in profiled(fn, reps) if e.device_type == DeviceType.CUDA) / 1e3 / reps
 
 
+def gpu_ms_interleaved(fns, reps):
+    """The GPU time of each callable (every kernel, copy and set of one call,
+    CUPTI, summed), one profiled call of each in turn, round by round: the
+    median of each. For A/B ratios of GPU work, as medians_interleaved_ms is
+    for wall time (a run's clock drift reaches both sides alike)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    for fn in fns:
+        fn()
+    torch.cuda.synchronize()
+    sums = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, times in zip(fns, sums):
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fn()
+                torch.cuda.synchronize()
+            times.append(sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA) / 1e3)
+    return [statistics.median(t) for t in sums]
+
+
 def bench_shape(vc, name, shape, reps, check_finite=0, method="vc", probe_rows=0):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
@@ -231,10 +251,11 @@ def bench_shape(vc, name, shape, reps, check_finite=0, method="vc", probe_rows=0
          row["vc_probe_dropin_ms"]) = medians_interleaved_ms(
             [lambda: vc(q, k, v, out, cfg_0, layer), lambda: vc(q, k, v, out, cfg_p, layer),
              lambda: vc(q, k, v, out, cfg_0), lambda: vc(q, k, v, out, cfg_p)], reps, "cuda")
-        # the GPU time the probe adds (every kernel summed): its work, free of the wall clock's drift
-        for key, c, lay in (("vc_call", cfg_0, layer), ("vc_probe_call", cfg_p, layer),
-                            ("vc_dropin", cfg_0, None), ("vc_probe_dropin", cfg_p, None)):
-            row[key + "_gpu_ms"] = gpu_ms(lambda c=c, lay=lay: vc(q, k, v, out, c, lay), reps)
+        # the GPU time the probe adds (every kernel summed): its work, free of the host's share
+        (row["vc_call_gpu_ms"], row["vc_probe_call_gpu_ms"], row["vc_dropin_gpu_ms"],
+         row["vc_probe_dropin_gpu_ms"]) = gpu_ms_interleaved(
+            [lambda: vc(q, k, v, out, cfg_0, layer), lambda: vc(q, k, v, out, cfg_p, layer),
+             lambda: vc(q, k, v, out, cfg_0), lambda: vc(q, k, v, out, cfg_p)], reps)
     cfg2 = vc.config("sage2", check_finite)
     row["sage2_ours_call_ms"] = time_ms(lambda: vc(q, k, v, out, cfg2), reps)
     vc.lib.vcattn_layer_destroy(layer)
