@@ -180,9 +180,9 @@ def main():
         for case in ("model", "model, set_backend"):
             o, processor, calls = out.pop(case), out.pop(case + " processor"), out.pop(case + " calls")
             groupings = out.pop(case + " groupings")
-            # set_backend's layers group under Ulysses (a rank calls once per layer, on whole heads), not
-            # under a ring (a call per key chunk: drop-in calls)
-            want = 2 if case != "model" and ring == 1 else 0
+            # set_backend's layers group: a state per call of the forward (a block's, and under a ring a
+            # block's per key chunk)
+            want = 2 * ring if case != "model" else 0
             check(groupings == want, "%s %s: %d grouping calls on rank 0, expected %d" % (name, case, groupings, want))
             check(calls == 2 * ring,  # a call a block, once per key chunk under a ring
                   "%s %s: %d vcattn calls on rank 0 (two blocks)" % (name, case, calls))

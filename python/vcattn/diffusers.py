@@ -268,9 +268,10 @@ def _route_parallel(scheduled, query, key, value, attn_mask, dropout_p, is_causa
     """diffusers' context parallelism (Ulysses: an all-to-all over heads; a
     ring over key chunks merged through their LSE; or both): diffusers' own
     collectives around vcattn's call, which returns the LSE the ring merges
-    by. Under Ulysses alone a rank calls once per layer, on whole heads, so a
-    scheduled call keeps its layer's state; under a ring a layer's call runs
-    once per key chunk, which a layer state cannot follow: drop-in calls.
+    by. A scheduled call keeps a layer state per call of the forward: under
+    Ulysses a rank calls once per layer, on whole heads; under a ring once
+    per layer and key chunk, in the same order every forward (chunk
+    rank + i at ring step i), so each state always sees the same keys.
     rope: this rank's tables, applied before the tokens move."""
     if rope is not None:
         query, key = _rotate(query, *rope), _rotate(key, *rope)
@@ -299,8 +300,7 @@ def _route_parallel(scheduled, query, key, value, attn_mask, dropout_p, is_causa
     if templated is None:
         raise RuntimeError("vcattn: this diffusers has no _templated_context_parallel_attention (diffusers 0.42's "
                            "parallel attention, which vcattn's context parallelism runs in)")
-    layered = scheduled and config.context_parallel_config.ring_degree == 1
-    forward_op = _parallel_layer_forward_op if layered else _parallel_forward_op
+    forward_op = _parallel_layer_forward_op if scheduled else _parallel_forward_op
     return templated(query, key, value, None, 0.0, False, scale, False, return_lse, forward_op=forward_op,
                      backward_op=_parallel_backward_op, _parallel_config=config)
 
@@ -315,7 +315,7 @@ def _parallel_forward_op(ctx, query, key, value, attn_mask=None, dropout_p=0.0, 
 
 def _parallel_layer_forward_op(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                enable_gqa=False, return_lse=False, _save_ctx=True, _parallel_config=None):
-    """As _parallel_forward_op, with the layer's state (Ulysses alone)."""
+    """As _parallel_forward_op, with the state of this call of the forward."""
     return _parallel_call(True, query, key, value, scale, return_lse)
 
 
