@@ -37,6 +37,10 @@ def report():
         lines.append("torch: not installed (numpy arrays run on the CPU backend)")
     lines.append("vcattn.attention runs CUDA tensors on: %s" % ("the GPU" if cuda_ok else "nothing: " + cuda_why))
     lines.append("vcattn.attention runs CPU tensors and numpy arrays on: the CPU backend")
+    vc = _core.config("vc")
+    lines.append("method vc (the default): V-Smooth with the attention probe on %d query rows, the token order chosen "
+                 "per key head on %d rows at grouping steps, ExpCast-FP8 from %d keys"
+                 % (vc.vsmooth_probe_rows, vc.vsmooth_order_rows, vc.expcast_min_keys))
     below = _core.sdpa_below_keys
     lines.append("vcattn.sdpa, the diffusers backends and ComfyUI run CUDA calls with fewer than %d keys per head on "
                  "torch SDPA, faster there (VCATTN_SDPA_BELOW_KEYS, vcattn.set_sdpa_below_keys)" % below if below else
