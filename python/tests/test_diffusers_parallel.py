@@ -12,7 +12,6 @@ same on two GPUs over NCCL (exits 77 with fewer). Exits 77 without torch or
 diffusers."""
 import os
 import sys
-import tempfile
 import warnings
 
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -20,12 +19,11 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import check, finish, skip, test_device  # noqa: E402
+from harness import check, finish, leave_rank, run_ranks, skip, test_device  # noqa: E402
 
 try:
     import torch
     import torch.distributed as dist
-    import torch.multiprocessing as mp
     from diffusers.models import attention_dispatch  # noqa: F401
     from diffusers.models._modeling_parallel import ContextParallelConfig, ParallelConfig
 except ImportError as e:
@@ -68,7 +66,7 @@ def forward(model, device):
                      encoder_hidden_states=text.to(device), return_dict=False)[0]
 
 
-def worker(rank, ulysses, ring, path):
+def worker(rank, path, ulysses, ring):
     import vcattn.diffusers as vd
     from torch.distributed.device_mesh import init_device_mesh
     device = "cuda:%d" % rank if DEVICE == "cuda" else "cpu"
@@ -119,16 +117,7 @@ def worker(rank, ulysses, ring, path):
         torch.save(gathered, path + ".out")
     dist.barrier()
     dist.destroy_process_group()
-    # gloo's threads sometimes abort the interpreter's own exit (see test_parallel.py): leave at once
-    sys.stdout.flush()
-    os._exit(0)
-
-
-def run(ulysses, ring):
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "rendezvous")
-        mp.spawn(worker, args=(ulysses, ring, path), nprocs=WORLD)
-        return torch.load(path + ".out")
+    leave_rank()
 
 
 def err(o, ref):
@@ -175,7 +164,7 @@ def main():
     model_err = max(err(model_single, model_ref.double()), err(model_grouped, model_ref.double()))
     sdpa_tol = 1e-5 if q.dtype == torch.float32 else 1e-2  # diffusers' native backend in q's dtype
     for ulysses, ring, name in ((2, 1, "ulysses"), (1, 2, "ring")):
-        out = run(ulysses, ring)
+        out = run_ranks(worker, WORLD, ulysses, ring)
         routes = out.pop("routes")
         for case in ("model", "model, set_backend"):
             o, processor, calls = out.pop(case), out.pop(case + " processor"), out.pop(case + " calls")

@@ -7,7 +7,6 @@ heads); the ring, and vc with its per-rank grouping, must stay within the
 single call's error to FP64. Exits 77 without torch or yunchang."""
 import os
 import sys
-import tempfile
 import warnings
 
 warnings.filterwarnings("ignore", category=FutureWarning)  # yunchang's torch.jit.script
@@ -15,12 +14,11 @@ warnings.filterwarnings("ignore", category=FutureWarning)  # yunchang's torch.ji
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import check, finish, skip  # noqa: E402
+from harness import check, finish, leave_rank, run_ranks, skip  # noqa: E402
 
 try:
     import torch
     import torch.distributed as dist
-    import torch.multiprocessing as mp
     import yunchang
 except ImportError as e:
     skip("test_parallel", e)
@@ -37,7 +35,7 @@ def inputs():
     return q, k, v
 
 
-def worker(rank, ulysses, ring, method, path):
+def worker(rank, path, ulysses, ring, method):
     import vcattn.parallel
     dist.init_process_group("gloo", init_method="file://" + path, rank=rank, world_size=WORLD)
     torch.set_num_threads(1)
@@ -52,17 +50,7 @@ def worker(rank, ulysses, ring, method, path):
         torch.save(torch.cat(gathered, 1), path + ".out")
     dist.barrier()
     dist.destroy_process_group()
-    # gloo's threads sometimes abort the interpreter's own exit (std::terminate,
-    # about 1 run in 6 here); the work is done and saved: leave at once.
-    sys.stdout.flush()
-    os._exit(0)
-
-
-def run(ulysses, ring, method):
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "rendezvous")
-        mp.spawn(worker, args=(ulysses, ring, method, path), nprocs=WORLD)
-        return torch.load(path + ".out")
+    leave_rank()
 
 
 def main():
@@ -76,7 +64,7 @@ def main():
     for method in ("sage2", "vc"):
         single = vcattn.attention(q, k, v, tensor_layout="NHD", method=method)
         for ulysses, ring, name in ((2, 1, "ulysses"), (1, 2, "ring")):
-            out = run(ulysses, ring, method)
+            out = run_ranks(worker, WORLD, ulysses, ring, method)
             print("%-7s %-5s error %.4e (single call %.4e)" % (name, method, err(out), err(single)))
             check(out.shape == single.shape and not out.isnan().any(), "%s %s: shape or NaN" % (name, method))
             if name == "ulysses" and method == "sage2":

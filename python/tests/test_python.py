@@ -102,7 +102,6 @@ finally:
 import subprocess  # noqa: E402
 env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 about = subprocess.run([sys.executable, "-m", "vcattn"], capture_output=True, text=True, env=env)
-vc_cfg = vcattn._core.config("vc")
 check(about.returncode == 0 and "cpu backend: available" in about.stdout and "cuda backend:" in about.stdout and
       "attention probe on %d query rows" % vc_cfg.vsmooth_probe_rows in about.stdout and
       "on %d rows at grouping steps" % vc_cfg.vsmooth_order_rows in about.stdout,

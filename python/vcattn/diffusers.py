@@ -76,6 +76,7 @@ _by_serial = {}             # serial -> _Installation: how the ops find theirs w
 _serials = itertools.count(1)
 _clock = torch.zeros(1, dtype=torch.int64)  # written by each forward's start, read by its layers' calls
 _native = None              # diffusers' native (SDPA) backend function
+_templated = None           # diffusers' parallel attention around a backend's forward op (context parallelism)
 stats = collections.Counter()  # process-wide: calls per route ("vcattn", "vcattn:rope", "sdpa:cross", ...)
 
 
@@ -138,10 +139,11 @@ def register():
     transformer under enable()/set_backend()) to diffusers'
     AttentionBackendName and its backend registry (once); returns the
     "vcattn" member."""
-    global _native
+    global _native, _templated
     ad = _dispatcher()
     registry = ad._AttentionBackendRegistry
     _native = registry._backends[ad.AttentionBackendName.NATIVE]
+    _templated = getattr(ad, "_templated_context_parallel_attention", None)
     members = []
     for name, member_name, fn in ((NAME, _MEMBER, attention_backend),
                                   (SCHEDULE_NAME, _SCHEDULE_MEMBER, schedule_backend)):
@@ -216,6 +218,20 @@ def _rotate(x, cos, sin):
     return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), -1).flatten(-2).to(x.dtype)
 
 
+def _beyond_vcattn(query, is_causal, dropout_p):
+    """(route, message) for a call vcattn cannot run whatever its mask and
+    length, else None."""
+    if is_causal:
+        return "causal", "causal attention (V-Smooth reorders the keys)"
+    if dropout_p:
+        return "dropout", "dropout_p > 0"
+    if query.device.type not in ("cpu", "cuda"):
+        return "device", "tensors on %s" % query.device.type
+    if query.is_cuda and query.shape[-1] > max(_core._GPU_HEAD_DIMS):
+        return "head_dim", "head dim %d on the GPU (64 and 128; smaller ones padded)" % query.shape[-1]
+    return None
+
+
 def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
            _parallel_config, rope=None):
     """rope: (cos, sin) [S, D/2] tables for query and key given before their
@@ -225,20 +241,12 @@ def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale,
         return _route_parallel(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                                return_lse, _parallel_config, rope)
     batch, nq, nk = query.shape[0], query.shape[1], key.shape[1]
-    why = key_mask = None
-    if nq != nk:  # cross-attention to a short context: little to gain, kept exact
-        why = "cross", None
-    elif is_causal:
-        why = "causal", "causal attention (V-Smooth reorders the keys)"
-    elif dropout_p:
-        why = "dropout", "dropout_p > 0"
-    elif query.device.type not in ("cpu", "cuda"):
-        why = "device", "tensors on %s" % query.device.type
-    elif query.is_cuda and query.shape[-1] > max(_core._GPU_HEAD_DIMS):
-        why = "head_dim", "head dim %d on the GPU (64 and 128; smaller ones padded)" % query.shape[-1]
-    elif _core.too_short_for_gpu(query.device.type, nk):  # faster on SDPA (vcattn.set_sdpa_below_keys)
+    key_mask = None
+    # cross-attention to a short context: little to gain, kept exact
+    why = ("cross", None) if nq != nk else _beyond_vcattn(query, is_causal, dropout_p)
+    if why is None and _core.too_short_for_gpu(query.device.type, nk):  # faster on SDPA (set_sdpa_below_keys)
         why = "short", None
-    elif attn_mask is not None:
+    if why is None and attn_mask is not None:
         key_mask = _padding_mask(attn_mask, batch, nk)
         if key_mask is None:
             why = "mask", "an attention mask that is not a key-padding mask"
@@ -275,19 +283,12 @@ def _route_parallel(scheduled, query, key, value, attn_mask, dropout_p, is_causa
     rope: this rank's tables, applied before the tokens move."""
     if rope is not None:
         query, key = _rotate(query, *rope), _rotate(key, *rope)
-    why = None
-    if attn_mask is not None:
+    beyond = _beyond_vcattn(query, is_causal, dropout_p)
+    why = beyond[1] if beyond else None
+    if why is None and attn_mask is not None:
         why = "an attention mask"
-    elif is_causal:
-        why = "causal attention (V-Smooth reorders the keys)"
-    elif dropout_p:
-        why = "dropout_p > 0"
-    elif enable_gqa or query.shape[2] != key.shape[2]:
+    elif why is None and (enable_gqa or query.shape[2] != key.shape[2]):
         why = "grouped-query heads (diffusers' parallel attention takes equal heads)"
-    elif query.device.type not in ("cpu", "cuda"):
-        why = "tensors on %s" % query.device.type
-    elif query.is_cuda and query.shape[-1] > max(_core._GPU_HEAD_DIMS):
-        why = "head dim %d on the GPU (64 and 128; smaller ones padded)" % query.shape[-1]
     if why is not None:
         if not torch.compiler.is_compiling():
             _warn_once("parallel:" + why, "vcattn: %s under context parallelism runs on diffusers' native backend; "
@@ -296,12 +297,11 @@ def _route_parallel(scheduled, query, key, value, attn_mask, dropout_p, is_causa
         return _native(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p,
                        is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse,
                        _parallel_config=config)
-    templated = getattr(_dispatcher(), "_templated_context_parallel_attention", None)
-    if templated is None:
+    if _templated is None:
         raise RuntimeError("vcattn: this diffusers has no _templated_context_parallel_attention (diffusers 0.42's "
                            "parallel attention, which vcattn's context parallelism runs in)")
     forward_op = _parallel_layer_forward_op if scheduled else _parallel_forward_op
-    return templated(query, key, value, None, 0.0, False, scale, False, return_lse, forward_op=forward_op,
+    return _templated(query, key, value, None, 0.0, False, scale, False, return_lse, forward_op=forward_op,
                      backward_op=_parallel_backward_op, _parallel_config=config)
 
 
