@@ -155,6 +155,23 @@ def gpu_ms(fn, reps):
     return sum(e.device_time for e in profiled(fn, reps) if e.device_type == DeviceType.CUDA) / 1e3 / reps
 
 
+def busy_span_us(events):
+    """(busy, span) of the GPU operations among events, in µs: busy is the
+    union of their intervals (a side stream's work overlaps the main one's),
+    span from the first start to the last end; span - busy is time the GPU
+    sat idle between them."""
+    from torch.autograd import DeviceType
+    ops = sorted((e for e in events if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
+    if not ops:
+        return 0.0, 0.0
+    t0 = covered = ops[0].time_range.start
+    busy = 0.0
+    for e in ops:
+        busy += max(0.0, e.time_range.end - max(e.time_range.start, covered))
+        covered = max(covered, e.time_range.end)
+    return busy, covered - t0
+
+
 def gpu_ms_interleaved(fns, reps):
     """The GPU time of each callable (every kernel, copy and set of one call,
     CUPTI, summed), one profiled call of each in turn, round by round: the
@@ -274,6 +291,15 @@ def bench_public(q, k, v, reps, method):
         for _ in range(20):
             call()
     row["public_burst20_ms"] = time_ms(burst, reps) / 20
+    # The same burst under CUPTI: its GPU work against the span it took on
+    # the GPU. Idle time inside the span is what the host left the GPU
+    # waiting (a stall); the GPU time is the burst's own, at the clocks the
+    # burst ran at, where one profiled call may have run faster.
+    from torch.autograd import DeviceType
+    events = profiled(burst, 1)
+    busy, span = busy_span_us(events)
+    row["public_burst20_gpu_ms"] = sum(e.device_time for e in events if e.device_type == DeviceType.CUDA) / 1e3 / 20
+    row["public_burst20_idle_pct"] = 100.0 * (span - busy) / span if span else float("nan")
     return row
 
 
@@ -318,9 +344,10 @@ def main():
                        [cell(r[k]) for k, _ in peers]))
         print("%-14s drop-in call time / plain step time: %.3f" % ("", r["vc_dropin_ms"] / r["vc_call_ms"]))
         print("%-14s public call %.3f ms: %.2fx cuDNN; GPU time %.3f ms; 20 back-to-back: %.3f ms a call "
-              "(%.3f x the GPU time)" % ("", r["public_ms"], base / r["public_ms"] if base else 0,
-                                          r["public_gpu_ms"], r["public_burst20_ms"],
-                                          r["public_burst20_ms"] / r["public_gpu_ms"]))
+              "(%.3f x the GPU time; %.3f x its own GPU time, the GPU idle %.2f%% of its span)" % (
+                  "", r["public_ms"], base / r["public_ms"] if base else 0, r["public_gpu_ms"], r["public_burst20_ms"],
+                  r["public_burst20_ms"] / r["public_gpu_ms"], r["public_burst20_ms"] / r["public_burst20_gpu_ms"],
+                  r["public_burst20_idle_pct"]))
         if r.get("vc_probe_call_ms"):  # each against its own run, timed in turn with it
             print("%-14s with the attention probe: plain step %.3f ms (%+.2f%% over %.3f), drop-in %.3f ms "
                   "(%+.2f%% over %.3f)" % (

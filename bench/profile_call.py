@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from needs import torch_or_exit  # noqa: E402
 
 torch = torch_or_exit("profile_call")
-from bench_attention import SHAPES, Vcattn  # noqa: E402
+from bench_attention import SHAPES, Vcattn, busy_span_us  # noqa: E402
 
 
 def print_timeline(prof):
@@ -24,15 +24,13 @@ def print_timeline(prof):
     if not ops:
         print("timeline: no GPU operations recorded")
         return
-    t0, covered, busy = ops[0].time_range.start, ops[0].time_range.start, 0.0
+    t0 = covered = ops[0].time_range.start
     print(f"{'start':>10} {'dur':>10} {'gap':>8}  operation (µs)")
     for e in ops:
         start, end = e.time_range.start, e.time_range.end
-        gap = max(0.0, start - covered)
-        busy += max(0.0, end - max(start, covered))
+        print(f"{start - t0:10.1f} {end - start:10.1f} {max(0.0, start - covered):8.1f}  {e.name[:90]}")
         covered = max(covered, end)
-        print(f"{start - t0:10.1f} {end - start:10.1f} {gap:8.1f}  {e.name[:90]}")
-    span = covered - t0
+    busy, span = busy_span_us(ops)
     print(f"timeline: span {span:.1f} µs, busy {busy:.1f} µs, idle {span - busy:.1f} µs, {len(ops)} operations")
 
 
