@@ -32,6 +32,19 @@ def print_timeline(prof):
         covered = max(covered, end)
     busy, span = busy_span_us(ops)
     print(f"timeline: span {span:.1f} µs, busy {busy:.1f} µs, idle {span - busy:.1f} µs, {len(ops)} operations")
+    # The host's CUDA runtime calls on the same clock: the time before the
+    # first launch and between launches is the call's own host work.
+    api = sorted((e for e in prof.events() if e.device_type != DeviceType.CUDA and e.name.startswith("cuda")),
+                 key=lambda e: e.time_range.start)
+    call = [e for e in prof.events() if e.name == "vcattn call"]
+    if api and call:
+        h0 = call[0].time_range.start
+        print(f"{'host at':>10} {'dur':>10}  runtime call (µs, from the call's start)")
+        for e in api:
+            print(f"{e.time_range.start - h0:10.1f} {e.time_range.end - e.time_range.start:10.1f}  {e.name[:60]}")
+        print(f"timeline: the call's host time {call[0].time_range.end - h0:.1f} µs, its first runtime call at "
+              f"{api[0].time_range.start - h0:.1f}, its first GPU operation at {t0 - h0:.1f}, its last ends at "
+              f"{covered - h0:.1f}")
 
 
 def main():
@@ -65,8 +78,10 @@ def main():
     torch.cuda.synchronize()
     if args.kernels:
         from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            vc(q, k, v, out, cfg, layer)
+        from torch.profiler import record_function
+        with profile(activities=[ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if args.timeline else [])) as prof:
+            with record_function("vcattn call"):
+                vc(q, k, v, out, cfg, layer)
             torch.cuda.synchronize()
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40))
         if args.timeline:
