@@ -331,6 +331,8 @@ struct operands {
     int8_t *q_codes, *k_codes;
     float *q_mul, *lse_shift, *k_mul;
     int need_lse_shift;    // set by the caller: computed only when an LSE is asked for
+    int q_given;           // set by the caller: q_codes and q_mul are another pass's (Q's codes do not
+                           // depend on the key order), so this pass quantizes K and V only
     float out_max;         // set by the caller: V past it is refused (0: out holds any V)
     uint8_t *v_records;
     uint8_t *v_mean_images;  // head dim 128 with V-Smooth, else NULL
@@ -418,9 +420,11 @@ void lay_out_workspace(carver &w, const vcattn_config *cfg, const call_shape &c,
         x->init_rows = w.take<int32_t>(kvh * k);
         x->kmeans_ws.amax = w.take<float>(kvh);
     }
-    op->q_codes = w.take<int8_t>(qh * QT * VC_Q_ROWS * D);
-    op->q_mul = w.take<float>(qh * QT * VC_Q_ROWS);
-    op->lse_shift = w.take<float>(qh * Nq);
+    if (!op->q_given) {
+        op->q_codes = w.take<int8_t>(qh * QT * VC_Q_ROWS * D);
+        op->q_mul = w.take<float>(qh * QT * VC_Q_ROWS);
+        op->lse_shift = w.take<float>(qh * Nq);
+    }
     op->k_codes = w.take<int8_t>(kvh * T * VC_KV_ROWS * D);
     op->k_mul = w.take<float>(kvh * T * VCATTN_K_LANE_GROUPS);
     op->v_records = w.take<uint8_t>(kvh * T * vc_v_record_bytes((uint32_t)D));
@@ -537,9 +541,9 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     const q_smoothing_args q_smooth_args = {qmean, (int)(c.Hq / c.Hkv), sm_scale * VCATTN_LOG2E, op->key_bias};
     if ((err = quantize_k(in.k, in.krope, kv_rows, op->perm, mean, cfg->hadamard, hadamard_scale, op->k_codes,
                           op->k_mul, max_norm + 1, q_smooth_args, cs.stream)) ||
-        (err = quantize_q(in.q, in.qrope, q_rows, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
+        (!op->q_given && (err = quantize_q(in.q, in.qrope, q_rows, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
                           op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, max_norm,
-                          qmean, cs.stream)) ||
+                          qmean, cs.stream))) ||
         (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * VCATTN_LOG2E, cfg->hadamard, kv_rows, cs.stream))))
         return cs.cuda_fail(err, "quantization");
     if (S) {  // V's block centres weighted by the attention the probe rows give each token
@@ -632,6 +636,9 @@ vcattn_status choose_orders(call_state &cs, const vcattn_config *cfg, const call
     vcattn_config plain = *cfg;
     plain.check_finite = 0;  // the k-means pass checked the same inputs
     operands alt = {};
+    alt.q_given = 1;  // the probe reads Q's codes, the same in both orders
+    alt.q_codes = op->q_codes;
+    alt.q_mul = op->q_mul;
     vcattn_status st = prepare_operands(cs, &plain, ca, in, nullptr, device, &alt, nullptr, &cs.alt_work);
     if (st) return st;
 

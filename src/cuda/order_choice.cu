@@ -224,21 +224,23 @@ __global__ void __launch_bounds__(kRefThreads, 2) reference_kernel(sampled_rows 
     }
 }
 
-// The reference of each sampled row from its key ranges, in split order.
+// The reference of each sampled row from its key ranges, in split order:
+// a block a (row, head), a thread a channel.
 __global__ void combine_splits_kernel(sampled_rows a) {
-    const int64_t head = blockIdx.x, heads = (int64_t)a.batch * a.heads_q, d = a.head_dim;
-    for (int64_t e = threadIdx.x; e < (int64_t)a.rows * d; e += blockDim.x) {
-        const int64_t s = e / d;
+    const int64_t heads = (int64_t)a.batch * a.heads_q, s = blockIdx.x, d = a.head_dim;
+    for (int64_t head = blockIdx.y; head < heads; head += gridDim.y) {
         float m = -INFINITY;
         for (int i = 0; i < a.splits; i++) m = fmaxf(m, a.part_ml[((i * heads + head) * a.rows + s) * 2]);
-        float l = 0.0f, o = 0.0f;
-        for (int i = 0; i < a.splits; i++) {
-            const int64_t at = (i * heads + head) * a.rows + s;
-            const float w = exp2f(a.part_ml[at * 2] - m);
-            l += a.part_ml[at * 2 + 1] * w;
-            o += a.part_o[at * d + e % d] * w;
+        for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+            float l = 0.0f, o = 0.0f;
+            for (int i = 0; i < a.splits; i++) {
+                const int64_t at = (i * heads + head) * a.rows + s;
+                const float w = exp2f(a.part_ml[at * 2] - m);
+                l += a.part_ml[at * 2 + 1] * w;
+                o += a.part_o[at * d + c] * w;
+            }
+            a.reference[(head * a.rows + s) * d + c] = o / l;
         }
-        a.reference[(head * a.rows + s) * d + e % d] = o / l;
     }
 }
 
@@ -317,7 +319,8 @@ cudaError_t launch_reference(const sampled_rows &a, const call_tensors &in, floa
     const dim3 grid((a.rows + kRefRows - 1) / kRefRows, a.heads_q, a.batch * a.splits);
     reference_kernel<D><<<grid, kRefThreads, bytes, stream>>>(a, in, score_mul);
     if ((err = cudaGetLastError())) return err;
-    combine_splits_kernel<<<a.batch * a.heads_q, 256, 0, stream>>>(a);
+    const int64_t heads = (int64_t)a.batch * a.heads_q;
+    combine_splits_kernel<<<dim3(a.rows, (unsigned)(heads < 65535 ? heads : 65535)), D, 0, stream>>>(a);
     return cudaGetLastError();
 }
 
