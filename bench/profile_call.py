@@ -63,6 +63,10 @@ def main():
     ap.add_argument("--timeline", action="store_true",
                     help="with --kernels: every GPU operation of that step in start order, with the idle gaps "
                          "between them, and the step's span against the GPU's busy time")
+    ap.add_argument("--host", action="store_true",
+                    help="then the host's time a call (median perf_counter of 50 calls, each after a "
+                         "synchronization): without the finite check it is the call's own host work; with it, "
+                         "also the wait for the preprocessing's flag")
     args = ap.parse_args()
     vc = Vcattn(args.lib)
     b, h, n, d = SHAPES[args.shape]
@@ -87,8 +91,27 @@ def main():
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40))
         if args.timeline:
             print_timeline(prof)
+    if args.host:
+        print("host: %.1f µs a call (%s, finite check %s); torch SDPA %.1f µs" % (
+            host_us(lambda: vc(q, k, v, out, cfg, layer)), "drop-in" if args.drop_in else "plain step",
+            "on" if args.check_finite else "off",
+            host_us(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))))
     if layer:
         vc.lib.vcattn_layer_destroy(layer)
+
+
+def host_us(fn, reps=50):
+    """Median host time of fn (µs), each call after a synchronization."""
+    import statistics
+    import time
+    fn()
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append(1e6 * (time.perf_counter() - t0))
+    return statistics.median(times)
 
 
 if __name__ == "__main__":
