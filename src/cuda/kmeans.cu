@@ -9,6 +9,7 @@
 #include "kernels.h"
 #include "load.cuh"
 #include "../vsmooth/vsmooth.h"
+#include "launch_facts.h"
 
 #include <float.h>
 
@@ -244,7 +245,7 @@ cudaError_t kmeans_group(const dev_tensor &v, const quant_common &c, int cluster
     const int heads = c.batch * c.heads, d = c.head_dim, k = clusters;  // the backend keeps B*H < 2^31
     const int chunks = (int)kmeans_chunks(c.tokens);
     const int assign_smem = k * d * (int)sizeof(float), sums_smem = k * d * (int)sizeof(double);
-    cudaError_t err = cudaFuncSetAttribute(partial_sums_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sums_smem);
+    cudaError_t err = allow_dynamic_smem((const void *)partial_sums_kernel, sums_smem);
     if (err != cudaSuccess) return err;
     // Each head's V amax, then the centroids in its scaled space (a multiply
     // by 1 for ordinary values: the same bits).

@@ -8,6 +8,7 @@
 #include "load.cuh"
 #include "operand_layout.h"
 #include "../vsmooth/vsmooth.h"
+#include "launch_facts.h"
 
 namespace {
 
@@ -314,7 +315,7 @@ void plan_reference_splits(sampled_rows *a) {
 template <int D>
 cudaError_t launch_reference(const sampled_rows &a, const call_tensors &in, float score_mul, cudaStream_t stream) {
     const int bytes = (int)sizeof(ref_smem<D>);
-    cudaError_t err = cudaFuncSetAttribute(reference_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    cudaError_t err = allow_dynamic_smem((const void *)reference_kernel<D>, bytes);
     if (err != cudaSuccess) return err;
     const dim3 grid((a.rows + kRefRows - 1) / kRefRows, a.heads_q, a.batch * a.splits);
     reference_kernel<D><<<grid, kRefThreads, bytes, stream>>>(a, in, score_mul);

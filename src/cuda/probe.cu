@@ -10,6 +10,7 @@
 #include "operand_layout.h"
 #include "../formats/formats.h"
 #include "../vsmooth/vsmooth.h"
+#include "launch_facts.h"
 
 #include <cuda_pipeline.h>
 #include <mma.h>
@@ -293,11 +294,9 @@ __global__ void __launch_bounds__(kRowsThreads) probe_rows_kernel(probe_args a, 
 
 template <int D, int R>
 cudaError_t launch_probe_tiles(const probe_args &a, int tiles, cudaStream_t stream) {
-    cudaError_t err = cudaFuncSetAttribute(probe_tile_kernel<D, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           probe_smem<D, R>::kBytes);
-    int device = 0, sms = 0;
-    if (err == cudaSuccess) err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    int sms = 0;
+    cudaError_t err = allow_dynamic_smem((const void *)probe_tile_kernel<D, R>, probe_smem<D, R>::kBytes);
+    if (err == cudaSuccess) err = multiprocessor_count(&sms);
     if (err != cudaSuccess) return err;
     // Runs as long as at least two waves of blocks remain (R 32: four blocks an SM, R 64: three).
     const int64_t waves2 = (int64_t)sms * (R == 32 ? 4 : 3) * 2;

@@ -9,6 +9,7 @@
 #include "sm90/ptx.cuh"
 #include "../formats/formats.h"
 #include "../vsmooth/vsmooth.h"
+#include "launch_facts.h"
 
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
@@ -842,8 +843,7 @@ cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t
     void (*stats)(v_args) = half ? v_stats_kernel<true> : v_stats_kernel<false>;
     void (*encode)(v_args) = half ? v_encode_kernel<true> : v_encode_kernel<false>;
     cudaError_t err;
-    if ((err = cudaFuncSetAttribute(stats, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) ||
-        (err = cudaFuncSetAttribute(encode, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)))
+    if ((err = allow_dynamic_smem((const void *)stats, smem)) || (err = allow_dynamic_smem((const void *)encode, smem)))
         return err;
     stats<<<grid, kRowThreads, smem, stream>>>(a);
     v_scales_kernel<<<c.batch * c.heads, kScaleThreads, 0, stream>>>(a, tiles);

@@ -2,6 +2,7 @@
 // picked at run time, and a launch with more than 48 KB of shared memory.
 #pragma once
 #include "attention.h"
+#include "../launch_facts.h"
 #include "vcattn.h"
 
 #include <cuda_bf16.h>
@@ -21,7 +22,7 @@ template <typename F> cudaError_t with_out_type(int dtype, F &&f) {
 template <typename Kernel>
 cudaError_t launch_kernel(Kernel kernel, dim3 grid, int threads, int smem, const vc_attention_params &p,
                           cudaStream_t stream) {
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    cudaError_t err = allow_dynamic_smem((const void *)kernel, smem);
     if (err != cudaSuccess) return err;
     kernel<<<grid, threads, smem, stream>>>(p);
     return cudaGetLastError();
