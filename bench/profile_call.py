@@ -67,6 +67,9 @@ def main():
                     help="then the host's time a call (median perf_counter of 50 calls, each after a "
                          "synchronization): without the finite check it is the call's own host work; with it, "
                          "also the wait for the preprocessing's flag")
+    ap.add_argument("--burst", type=int, default=0,
+                    help="then N calls back to back under CUPTI, one synchronization at the end: the GPU's busy "
+                         "time against the span, and the largest idle gaps with the operation each one delays")
     args = ap.parse_args()
     vc = Vcattn(args.lib)
     b, h, n, d = SHAPES[args.shape]
@@ -91,6 +94,8 @@ def main():
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40))
         if args.timeline:
             print_timeline(prof)
+    if args.burst:
+        print_burst(lambda: vc(q, k, v, out, cfg, layer), args.burst)
     if args.host:
         print("host: %.1f µs a call (%s, finite check %s); torch SDPA %.1f µs" % (
             host_us(lambda: vc(q, k, v, out, cfg, layer)), "drop-in" if args.drop_in else "plain step",
@@ -98,6 +103,29 @@ def main():
             host_us(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))))
     if layer:
         vc.lib.vcattn_layer_destroy(layer)
+
+
+def print_burst(fn, calls, shown=8):
+    """Idle time inside a burst of calls: where the host leaves the GPU waiting."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    ops = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
+    busy, span = busy_span_us(ops)
+    gaps, covered = [], ops[0].time_range.start if ops else 0.0
+    for e in ops:
+        if e.time_range.start > covered:
+            gaps.append((e.time_range.start - covered, e.name))
+        covered = max(covered, e.time_range.end)
+    print(f"burst: {calls} calls, span {span:.1f} µs, busy {busy:.1f} µs, idle {span - busy:.1f} µs "
+          f"({100 * (span - busy) / span if span else 0:.2f}%) in {len(gaps)} gaps")
+    for gap, name in sorted(gaps, reverse=True)[:shown]:
+        print(f"burst: gap {gap:8.1f} µs before {name[:80]}")
 
 
 def host_us(fn, reps=50):
