@@ -6,7 +6,8 @@
 
 // Lets `kernel` launch with `bytes` of dynamic shared memory on the current
 // device (cudaFuncAttributeMaxDynamicSharedMemorySize), set once per kernel
-// and device and again only for a larger size.
+// and device and again only for a larger size. Per device means per primary
+// context, the one the runtime API (and PyTorch) uses.
 cudaError_t allow_dynamic_smem(const void *kernel, int bytes);
 
 // The current device's multiprocessor count.
