@@ -39,7 +39,7 @@ from needs import torch_or_exit  # noqa: E402
 
 torch = torch_or_exit("bench_attention")
 from vcattn import _capi  # noqa: E402
-from timing import median_ms, medians_interleaved_ms  # noqa: E402
+from timing import median_ms, medians_interleaved_ms, round_order  # noqa: E402
 
 SHAPES = {  # name: (B, H, N, D)
     "wan2.2-720p": (1, 40, 75600, 128),
@@ -174,21 +174,22 @@ def busy_span_us(events):
 
 def gpu_ms_interleaved(fns, reps):
     """The GPU time of each callable (every kernel, copy and set of one call,
-    CUPTI, summed), one profiled call of each in turn, round by round: the
-    median of each. For A/B ratios of GPU work, as medians_interleaved_ms is
-    for wall time (a run's clock drift reaches both sides alike)."""
+    CUPTI, summed), one profiled call of each in turn, round by round (each
+    round in its own order): the median of each. For A/B ratios of GPU work,
+    as medians_interleaved_ms is for wall time (a run's clock drift reaches
+    both sides alike)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     for fn in fns:
         fn()
     torch.cuda.synchronize()
     sums = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, times in zip(fns, sums):
+    for r in range(reps):
+        for i in round_order(len(fns), r):
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                fn()
+                fns[i]()
                 torch.cuda.synchronize()
-            times.append(sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA) / 1e3)
+            sums[i].append(sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA) / 1e3)
     return [statistics.median(t) for t in sums]
 
 

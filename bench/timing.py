@@ -1,4 +1,5 @@
 """Median wall time of a callable: CUDA events on the GPU, perf_counter on the CPU."""
+import random
 import statistics
 import time
 
@@ -24,15 +25,24 @@ def median_ms(fn, reps, device="cuda", warmup=1):
     return statistics.median(_once(fn, device) for _ in range(reps))
 
 
+def round_order(n, r):
+    """Round r's order of n callables timed in turn: shuffled with the round
+    as the seed, so that none always follows the same one (a call may run at
+    the clocks its predecessor left) and a run repeats its orders."""
+    order = list(range(n))
+    random.Random(r).shuffle(order)
+    return order
+
+
 def medians_interleaved_ms(fns, reps, device="cuda", warmup=1):
-    """The median of each callable, timed in turn round by round, so a drift
-    of the machine (clocks, heat) reaches each alike: for ratios of two ways
-    to do one thing."""
+    """The median of each callable, timed in turn round by round (each round
+    in its own order), so a drift of the machine (clocks, heat) reaches
+    each alike: for ratios of two ways to do one thing."""
     for fn in fns:
         for _ in range(warmup):
             fn()
     times = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, t in zip(fns, times):
-            t.append(_once(fn, device))
+    for r in range(reps):
+        for i in round_order(len(fns), r):
+            times[i].append(_once(fns[i], device))
     return [statistics.median(t) for t in times]
