@@ -7,9 +7,9 @@
 // per head by the power of two of vsmooth_kmeans_scale_exp (1 for ordinary
 // values). Deterministic: the one atomic is a max of non-negative floats.
 #include "kernels.h"
+#include "launch_facts.h"
 #include "load.cuh"
 #include "../vsmooth/vsmooth.h"
-#include "launch_facts.h"
 
 #include <float.h>
 

@@ -5,10 +5,10 @@
 // reference output on the tensor cores, compare each order's squared error
 // and copy the chosen order's slices over the k-means ones.
 #include "kernels.h"
+#include "launch_facts.h"
 #include "load.cuh"
 #include "operand_layout.h"
 #include "../vsmooth/vsmooth.h"
-#include "launch_facts.h"
 
 namespace {
 

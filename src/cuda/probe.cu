@@ -6,11 +6,11 @@
 // the CPU's probe_and_quantize_values: the weights agree to the bit. Compiled
 // with -fmad=false, as quantize.cu.
 #include "kernels.h"
+#include "launch_facts.h"
 #include "load.cuh"
 #include "operand_layout.h"
 #include "../formats/formats.h"
 #include "../vsmooth/vsmooth.h"
-#include "launch_facts.h"
 
 #include <cuda_pipeline.h>
 #include <mma.h>

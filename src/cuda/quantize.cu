@@ -4,12 +4,12 @@
 // backend); this file compiles with -fmad=false so every product and sum
 // rounds as the CPU's C code does. Layout of the outputs: operand_layout.h.
 #include "kernels.h"
+#include "launch_facts.h"
 #include "load.cuh"
 #include "operand_layout.h"
 #include "sm90/ptx.cuh"
 #include "../formats/formats.h"
 #include "../vsmooth/vsmooth.h"
-#include "launch_facts.h"
 
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
