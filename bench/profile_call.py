@@ -13,31 +13,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from needs import torch_or_exit  # noqa: E402
 
 torch = torch_or_exit("profile_call")
-from bench_attention import SHAPES, Vcattn, busy_span_us  # noqa: E402
+from bench_attention import SHAPES, Vcattn, gpu_gaps, profiled  # noqa: E402
 
 
 def print_timeline(prof):
-    """Start offset, duration and the idle gap before each GPU operation (µs);
-    busy time is the union of the operations' intervals (side streams overlap)."""
+    """Start offset, duration and the idle gap before each GPU operation (µs),
+    the span against the busy time, then the host's CUDA runtime calls on the
+    same clock from the call's start: the time before the first launch and
+    between launches is the call's own host work."""
     from torch.autograd import DeviceType
-    ops = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA and e.name != "vcattn call"),
-                 key=lambda e: e.time_range.start)  # the call's own range on the GPU's row would hide every gap
-    if not ops:
+    events = prof.events()
+    timed, span = gpu_gaps(events, leave_out=("vcattn call",))  # its range on the GPU's row would hide every gap
+    if not timed:
         print("timeline: no GPU operations recorded")
         return
-    t0 = covered = ops[0].time_range.start
+    t0 = timed[0][0].time_range.start
     print(f"{'start':>10} {'dur':>10} {'gap':>8}  operation (µs)")
-    for e in ops:
-        start, end = e.time_range.start, e.time_range.end
-        print(f"{start - t0:10.1f} {end - start:10.1f} {max(0.0, start - covered):8.1f}  {e.name[:90]}")
-        covered = max(covered, end)
-    busy, span = busy_span_us(ops)
-    print(f"timeline: span {span:.1f} µs, busy {busy:.1f} µs, idle {span - busy:.1f} µs, {len(ops)} operations")
-    # The host's CUDA runtime calls on the same clock: the time before the
-    # first launch and between launches is the call's own host work.
-    api = sorted((e for e in prof.events() if e.device_type != DeviceType.CUDA and e.name.startswith("cuda")),
+    for e, gap in timed:
+        print(f"{e.time_range.start - t0:10.1f} {e.time_range.end - e.time_range.start:10.1f} {gap:8.1f}  {e.name[:90]}")
+    idle = sum(gap for _, gap in timed)
+    print(f"timeline: span {span:.1f} µs, busy {span - idle:.1f} µs, idle {idle:.1f} µs, {len(timed)} operations")
+    api = sorted((e for e in events if e.device_type != DeviceType.CUDA and e.name.startswith("cuda")),
                  key=lambda e: e.time_range.start)
-    call = [e for e in prof.events() if e.name == "vcattn call"]
+    call = [e for e in events if e.name == "vcattn call"]
     if api and call:
         h0 = call[0].time_range.start
         print(f"{'host at':>10} {'dur':>10}  runtime call (µs, from the call's start)")
@@ -45,7 +43,7 @@ def print_timeline(prof):
             print(f"{e.time_range.start - h0:10.1f} {e.time_range.end - e.time_range.start:10.1f}  {e.name[:60]}")
         print(f"timeline: the call's host time {call[0].time_range.end - h0:.1f} µs, its first runtime call at "
               f"{api[0].time_range.start - h0:.1f}, its first GPU operation at {t0 - h0:.1f}, its last ends at "
-              f"{covered - h0:.1f}")
+              f"{t0 + span - h0:.1f}")
 
 
 def main():
@@ -107,24 +105,12 @@ def main():
 
 def print_burst(fn, calls, shown=8):
     """Idle time inside a burst of calls: where the host leaves the GPU waiting."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    ops = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
-    busy, span = busy_span_us(ops)
-    gaps, covered = [], ops[0].time_range.start if ops else 0.0
-    for e in ops:
-        if e.time_range.start > covered:
-            gaps.append((e.time_range.start - covered, e.name))
-        covered = max(covered, e.time_range.end)
-    print(f"burst: {calls} calls, span {span:.1f} µs, busy {busy:.1f} µs, idle {span - busy:.1f} µs "
-          f"({100 * (span - busy) / span if span else 0:.2f}%) in {len(gaps)} gaps")
-    for gap, name in sorted(gaps, reverse=True)[:shown]:
+    timed, span = gpu_gaps(profiled(lambda: [fn() for _ in range(calls)], 1))
+    gaps = sorted(((gap, e.name) for e, gap in timed if gap > 0), reverse=True)
+    idle = sum(gap for gap, _ in gaps)
+    print(f"burst: {calls} calls, span {span:.1f} µs, busy {span - idle:.1f} µs, idle {idle:.1f} µs "
+          f"({100 * idle / span if span else 0:.2f}%) in {len(gaps)} gaps")
+    for gap, name in gaps[:shown]:
         print(f"burst: gap {gap:8.1f} µs before {name[:80]}")
 
 
