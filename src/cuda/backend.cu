@@ -651,7 +651,7 @@ vcattn_status choose_orders(call_state &cs, const vcattn_config *cfg, const call
     vcattn_config plain = *cfg;
     plain.check_finite = 0;  // the k-means pass checked the same inputs
     operands alt = {};
-    alt.q_given = 1;  // the probe reads Q's codes, the same in both orders
+    alt.q_given = 1;  // Q's codes do not depend on the key order: quantized once
     alt.q_codes = op->q_codes;
     alt.q_mul = op->q_mul;
     vcattn_status st = prepare_operands(cs, &plain, ca, in, nullptr, device, &alt, nullptr, &cs.alt_work);
