@@ -393,6 +393,8 @@ struct scratch {
     kmeans_workspace kmeans_ws;
     principal_workspace principal_ws;
     probe_args probe;
+    int8_t *probe_q_codes;  // the probe's query rows, packed (quantize_probe_rows)
+    float *probe_q_mul;
 };
 
 // Every array of a call's workspace, in one order; w.used is then its size.
@@ -457,7 +459,11 @@ void lay_out_workspace(carver &w, const vcattn_config *cfg, const call_shape &c,
         x->principal_ws.sort_temp = w.take<uint8_t>(x->principal_ws.sort_bytes);
     }
     x->probe = {};
+    x->probe_q_codes = nullptr;
+    x->probe_q_mul = nullptr;
     if (S) {
+        x->probe_q_codes = w.take<int8_t>(kvh * S * D);
+        x->probe_q_mul = w.take<float>(kvh * S);
         x->probe.codes = w.take<uint8_t>(kvh * T * S * VC_KV_ROWS);
         x->probe.tile_ceiling = w.take<float>(kvh * S * T);
         x->probe.tile_sum = w.take<double>(kvh * S * T);
@@ -474,7 +480,7 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
                                const call_tensors &in, const vcattn_layer *layer, int device, operands *op,
                                vcattn_new_grouping *made, char **work) {
     const size_t kvh = (size_t)(c.B * c.Hkv), D = (size_t)c.D, k = (size_t)c.clusters;
-    const size_t Nk = (size_t)c.Nk, Nq = (size_t)c.Nq, QT = (size_t)c.QT;
+    const size_t Nk = (size_t)c.Nk, Nq = (size_t)c.Nq;
     const int regroup = c.regroup, q_smoothing = cfg->q_smoothing, principal = c.plan == VCATTN_GROUP_PRINCIPAL;
     const size_t S = c.grouped ? (size_t)cfg->vsmooth_probe_rows : 0;  // the attention probe's rows
     scratch x;
@@ -524,7 +530,10 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
 
     // Without the probe V needs only the order: its three kernels run on the
     // side stream beside K's and Q's (each alone leaves SMs idle at short
-    // sequences); the call's stream waits for them before the attention.
+    // sequences). With it, V waits for the probe, which needs K's codes and
+    // its own query rows: Q's pass runs on the side stream instead, beside
+    // the probe and V's. The call's stream waits for the side before the
+    // score bound and the attention.
     auto values = [&](const probe_args *weights, cudaStream_t stream) {
         return quantize_v(in.v, kv_rows, op->perm, c.grouped, cfg->sink_guard, op->out_max, weights, op->tile_mean,
                           tile_hi, tile_lo, chan_inv, op->chan_mul, chan_pre, op->chan_pow2, op->v_records,
@@ -539,24 +548,30 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     if (q_smoothing && (err = k_channel_mean(in.q, in.qrope, q_rows, qpartials, qmean, cs.stream)))
         return cs.cuda_fail(err, "Q channel mean");
     const q_smoothing_args q_smooth_args = {qmean, (int)(c.Hq / c.Hkv), sm_scale * VCATTN_LOG2E, op->key_bias};
-    if ((err = quantize_k(in.k, in.krope, kv_rows, op->perm, mean, cfg->hadamard, hadamard_scale, op->k_codes,
-                          op->k_mul, max_norm + 1, q_smooth_args, cs.stream)) ||
-        (!op->q_given && (err = quantize_q(in.q, in.qrope, q_rows, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
-                          op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, max_norm,
-                          qmean, cs.stream))) ||
-        (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * VCATTN_LOG2E, cfg->hadamard, kv_rows, cs.stream))))
+    side_branch queries(cs, S > 0 && !op->q_given);
+    if ((!op->q_given && (err = quantize_q(in.q, in.qrope, q_rows, (int)c.Hkv, mean, sm_scale, cfg->hadamard,
+                                           hadamard_scale, c.QT, op->q_codes, op->q_mul,
+                                           op->need_lse_shift ? op->lse_shift : nullptr, max_norm, qmean,
+                                           queries.stream))) ||
+        (err = quantize_k(in.k, in.krope, kv_rows, op->perm, mean, cfg->hadamard, hadamard_scale, op->k_codes,
+                          op->k_mul, max_norm + 1, q_smooth_args, cs.stream)))
         return cs.cuda_fail(err, "quantization");
     if (S) {  // V's block centres weighted by the attention the probe rows give each token
-        probe.q_codes = op->q_codes; probe.q_mul = op->q_mul;
+        if ((err = quantize_probe_rows(in.q, in.qrope, q_rows, (int)c.Hkv, cfg->hadamard, hadamard_scale, (int)S,
+                                       qmean, x.probe_q_codes, x.probe_q_mul, cs.stream)))
+            return cs.cuda_fail(err, "quantization");
+        probe.q_codes = x.probe_q_codes; probe.q_mul = x.probe_q_mul;
         probe.k_codes = op->k_codes; probe.k_mul = op->k_mul; probe.key_bias = op->key_bias;
         probe.batch = (int)c.B; probe.heads_q = (int)c.Hq; probe.heads_kv = (int)c.Hkv;
-        probe.tokens_q = (int)Nq; probe.tokens_k = (int)Nk; probe.q_tiles = (int)QT; probe.rows = (int)S;
+        probe.tokens_k = (int)Nk; probe.rows = (int)S;
         probe.score_mul = sm_scale * VCATTN_LOG2E;
         if ((err = attention_probe(probe, (int)D, cs.stream))) return cs.cuda_fail(err, "attention probe");
     }
     if (beside.stream == cs.stream && (err = values(S ? &probe : nullptr, cs.stream)))
         return cs.cuda_fail(err, "quantization");
-    if ((err = beside.join())) return cs.cuda_fail(err, "side stream");
+    if ((err = queries.join()) || (err = beside.join())) return cs.cuda_fail(err, "side stream");
+    if (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * VCATTN_LOG2E, cfg->hadamard, kv_rows, cs.stream)))
+        return cs.cuda_fail(err, "quantization");
     return VCATTN_OK;
 }
 
@@ -636,7 +651,7 @@ vcattn_status choose_orders(call_state &cs, const vcattn_config *cfg, const call
     vcattn_config plain = *cfg;
     plain.check_finite = 0;  // the k-means pass checked the same inputs
     operands alt = {};
-    alt.q_given = 1;  // the probe reads Q's codes, the same in both orders
+    alt.q_given = 1;  // Q's codes do not depend on the key order: quantized once
     alt.q_codes = op->q_codes;
     alt.q_mul = op->q_mul;
     vcattn_status st = prepare_operands(cs, &plain, ca, in, nullptr, device, &alt, nullptr, &cs.alt_work);

@@ -68,9 +68,20 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
 cudaError_t check_score_bound(const float *max_norm, float score_mul, int hadamard, const quant_common &c,
                               cudaStream_t stream);
 
+// The attention probe's query rows alone: row s of key head (b, h) is row
+// vsmooth_probe_row(s, N) of query head h * group + s % group, quantized as
+// quantize_q quantizes it (the same codes and scale), packed [B*Hkv][rows][D]
+// with the scales [B*Hkv][rows]. The probe then needs K's codes and these,
+// not the whole of Q's, so Q's pass can run beside the probe and V's passes.
+// No check: quantize_q checks the same values.
+cudaError_t quantize_probe_rows(const dev_tensor &q, const dev_rope &rope, const quant_common &c, int heads_kv,
+                                int hadamard, float hadamard_scale, int rows, const float *qmean, int8_t *codes,
+                                float *scales, cudaStream_t stream);
+
 // V-Smooth's attention probe (probe.cu; vsmooth.h states the arithmetic):
-// `rows` query rows per key head scored with the INT8 codes of Q and K (their
-// tile layouts, multipliers, and Q smoothing's per-key terms when not NULL),
+// `rows` query rows per key head scored with the INT8 codes of its rows
+// (quantize_probe_rows' packed codes and scales) and of K (its tile layout,
+// multipliers, and Q smoothing's per-key terms when not NULL),
 // score_mul = sm_scale log2(e). Out: the probabilities as code bytes
 // [B*Hkv][T][rows][128]; per (head, row, tile) the ceiling and the two exact
 // sums [B*Hkv][rows][T], then the factor f of the tile's squared
@@ -82,7 +93,7 @@ struct probe_args {
     const int8_t *k_codes;
     const float *k_mul;
     const float *key_bias;
-    int batch, heads_q, heads_kv, tokens_q, tokens_k, q_tiles, rows;
+    int batch, heads_q, heads_kv, tokens_k, rows;
     float score_mul;
     uint8_t *codes;
     float *tile_ceiling;

@@ -84,23 +84,17 @@ __device__ void fetch_keys(const probe_args &a, int64_t head, int tile, int tile
 template <int D, int R>
 __device__ void load_rows(const probe_args &a, int b, int h, int base, int8_t *rows, float *row_mul, int *row_head) {
     const int group = a.heads_q / a.heads_kv;
+    const int64_t first = ((int64_t)b * a.heads_kv + h) * a.rows;  // the head's rows in the packed codes
     for (int c = threadIdx.x; c < R * D / 16; c += kThreads) {
         const int r = c / (D / 16), col = (c % (D / 16)) * 16, s = base + r;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (s < a.rows) {
-            const int64_t qh = (int64_t)b * a.heads_q + (int64_t)h * group + s % group;
-            const int64_t i = vsmooth_probe_row(s, a.tokens_q);
-            const int8_t *qtile = a.q_codes + (qh * a.q_tiles + i / VC_Q_ROWS) * (int64_t)VC_Q_ROWS * D;
-            v = *reinterpret_cast<const uint4 *>(qtile + vc_tile_offset((uint32_t)(i % VC_Q_ROWS), col, VC_Q_ROWS));
-        }
+        const uint4 v = s < a.rows ? *reinterpret_cast<const uint4 *>(a.q_codes + (first + s) * D + col)
+                                   : make_uint4(0, 0, 0, 0);
         *reinterpret_cast<uint4 *>(rows + probe_smem<D, R>::at(r, col, R)) = v;
     }
     if (threadIdx.x < R) {
         const int s = base + threadIdx.x;
-        const int64_t qh = (int64_t)b * a.heads_q + (int64_t)h * group + s % group;
-        const int64_t i = s < a.rows ? vsmooth_probe_row(s, a.tokens_q) : 0;
-        row_mul[threadIdx.x] = a.q_mul[qh * a.q_tiles * VC_Q_ROWS + i] * a.score_mul;
-        row_head[threadIdx.x] = (int)qh;
+        row_mul[threadIdx.x] = s < a.rows ? a.q_mul[first + s] * a.score_mul : 0.0f;
+        row_head[threadIdx.x] = (int)((int64_t)b * a.heads_q + (int64_t)h * group + s % group);
     }
 }
 

@@ -462,6 +462,31 @@ __global__ void __launch_bounds__(kRowThreads, IS_KEY ? 2 : 4) quantize_rows_ker
     }
 }
 
+// The attention probe's query rows (kernels.h: quantize_probe_rows), 32 a
+// block, a row on kRowLanes lanes as in quantize_rows_kernel, through the
+// same transform_row: the same codes and scales as Q's own pass gives them.
+template <int D, bool QSMOOTH>
+__global__ void __launch_bounds__(kRowThreads) quantize_probe_rows_kernel(row_args a, int rows, int heads_kv) {
+    constexpr int E = D / kRowLanes, ROWS = kRowThreads / kRowLanes;
+    __shared__ float no_mean[D];  // not read: no K mean and no LSE shift are asked here
+    const int64_t kv_head = blockIdx.y;
+    const int b = (int)(kv_head / heads_kv), h = (int)(kv_head % heads_kv), group = a.c.heads / heads_kv;
+    const int s = blockIdx.x * ROWS + threadIdx.x / kRowLanes, sl = threadIdx.x % kRowLanes;
+    const bool valid[1] = {s < rows};
+    const int hq = h * group + (valid[0] ? s % group : 0), n = valid[0] ? vsmooth_probe_row(s, a.c.tokens) : 0;
+    const int64_t head = (int64_t)b * a.c.heads + hq;
+    const int64_t at[1] = {b * a.x.sb + hq * a.x.sh + (int64_t)n * a.x.sn + sl * E};
+    float x[1][E];
+    load_rows<1, E>(a.x, at, valid, x);
+    float norm_max = 0.0f, row_norm;
+    const float *qm = QSMOOTH ? a.qmean + head * D : no_mean;
+    const float amax = transform_row<D, false, QSMOOTH>(a, head, n, n, valid[0], no_mean, qm, x[0], norm_max, row_norm);
+    if (!valid[0]) return;
+    const vcattn_int8_scale sc = vcattn_int8_scale_from_amax(amax);
+    if (sl == 0) a.scales[kv_head * rows + s] = sc.scale;
+    stage_codes<E>(x[0], sc.inv_scale, a.codes + (kv_head * rows + s) * D + sl * E);
+}
+
 // ---- V: block statistics, channel scales, transposed E4M3 records -----------
 
 struct v_args {
@@ -827,6 +852,24 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
     row_args a = {q, rope, c, nullptr, kmean, heads_kv, sm_scale, hadamard, hadamard_scale, codes, scales, lse_shift,
                   c.check_finite ? max_norm : nullptr, qmean, 1, 0.0f, nullptr};
     return launch_rows(false, a, tiles, stream);
+}
+
+cudaError_t quantize_probe_rows(const dev_tensor &q, const dev_rope &rope, const quant_common &c, int heads_kv,
+                                int hadamard, float hadamard_scale, int rows, const float *qmean, int8_t *codes,
+                                float *scales, cudaStream_t stream) {
+    const row_args a = {q, rope, c, nullptr, nullptr, heads_kv, 0.0f, hadamard, hadamard_scale, codes, scales,
+                        nullptr, nullptr, qmean, 1, 0.0f, nullptr};
+    const dim3 grid((rows + kRowThreads / kRowLanes - 1) / (kRowThreads / kRowLanes), c.batch * heads_kv);
+    if (c.head_dim == 128) {
+        if (qmean) quantize_probe_rows_kernel<128, true><<<grid, kRowThreads, 0, stream>>>(a, rows, heads_kv);
+        else quantize_probe_rows_kernel<128, false><<<grid, kRowThreads, 0, stream>>>(a, rows, heads_kv);
+    } else if (c.head_dim == 64) {
+        if (qmean) quantize_probe_rows_kernel<64, true><<<grid, kRowThreads, 0, stream>>>(a, rows, heads_kv);
+        else quantize_probe_rows_kernel<64, false><<<grid, kRowThreads, 0, stream>>>(a, rows, heads_kv);
+    } else {
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
 }
 
 cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t *perm, int demean,
