@@ -217,6 +217,18 @@ def check_opcheck():
                         "rope %s" % (rope[0] is not None))
             opcheck(torch.ops.vcattn.dit_layer_attention.default, (*nhd, vd._clock, 0.125, mask, *rope),
                     "mask %s, rope %s" % (mask is not None, rope[0] is not None))
+    # without an LSE asked for: an empty lse and the same output (the library forms none)
+    opcheck(torch.ops.vcattn.attention.default, (q, k, v, "HND", 0.125, "vc", "", None, True, None, None, 0, False),
+            "no lse")
+    opcheck(torch.ops.vcattn.dit_attention.default, (*nhd, 0.125, None, None, False), "no lse")
+    opcheck(torch.ops.vcattn.dit_layer_attention.default, (*nhd, vd._clock, 0.125, None, None, None, False), "no lse")
+    with_lse = torch.ops.vcattn.attention(q, k, v, "HND", 0.125, "vc", "", None, True, None, None, 0)
+    without = torch.ops.vcattn.attention(q, k, v, "HND", 0.125, "vc", "", None, True, None, None, 0, False)
+    check(tuple(with_lse[1].shape) == (1, 2, 200) and without[1].numel() == 0 and torch.equal(with_lse[0], without[0]),
+          "vcattn::attention without an LSE: empty lse %s, the same output" % (tuple(without[1].shape),))
+    out, lse = vcattn.attention(q, k, v, sm_scale=0.125, return_lse=True)
+    check(torch.equal(vcattn.attention(q, k, v, sm_scale=0.125), out) and torch.isfinite(lse).all().item(),
+          "vcattn.attention: the same output with and without return_lse")
     opcheck(torch.ops.vcattn.dit_forward.default, (vd._clock.clone(), torch.tensor([999.0]), 0), "no installation")
     check(True, "opcheck")
     print("%s: torch.library.opcheck passes on vcattn::attention, dit_attention, dit_masked_attention, "

@@ -139,10 +139,11 @@ def attention(q: Any, k: Any, v: Any, tensor_layout: Layout = "HND", is_causal: 
         if rope is not None:
             raise TypeError("vcattn: rope tables are taken with torch tensors only")
         from ._numpy import attention as impl
-        out, lse = impl(q, k, v, tensor_layout, sm_scale, method, state, check_finite, fields)
+        out, lse = impl(q, k, v, tensor_layout, sm_scale, method, state, check_finite, fields, return_lse)
     else:
         from ._torch_op import attention as impl
-        out, lse = impl(q, k, v, tensor_layout, sm_scale, method, state, check_finite, fields, rope, rope_style)
+        out, lse = impl(q, k, v, tensor_layout, sm_scale, method, state, check_finite, fields, rope, rope_style,
+                        return_lse)
     return (out, lse) if return_lse else out
 
 

@@ -87,5 +87,6 @@ def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask:
                           scale=scale, enable_gqa=enable_gqa)
     if not compiling:
         routes["vcattn"] += 1
-    out, _ = _torch_op.attention(_as_4d(query), _as_4d(key), _as_4d(value), "HND", scale, method, None, False, {})
+    out, _ = _torch_op.attention(_as_4d(query), _as_4d(key), _as_4d(value), "HND", scale, method, None, False, {},
+                                 want_lse=False)
     return out.reshape(*query.shape[:-1], out.shape[-1])

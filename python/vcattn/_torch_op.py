@@ -23,15 +23,18 @@ def _desc(t, layout):
     return (t.data_ptr(), _DTYPES[t.dtype], (b, y, x, d), (sb, sy, sx))
 
 
-def run(q, k, v, layout, sm_scale, method, switches, layer, check_finite, rope=None):
+def run(q, k, v, layout, sm_scale, method, switches, layer, check_finite, rope=None, want_lse=True):
     """The op's body, at run time (never traced): the C call on q's device and
     current stream. switches: {field: value}; layer: a C layer handle or None;
     rope: (q_cos, q_sin, k_cos, k_sin, style code) with float32 [N, D/2]
-    tables (contiguous, on q's device), or None."""
+    tables (contiguous, on q's device), or None. Returns (out, lse), lse
+    None unless want_lse (the library then forms no LSE: a call saves the
+    per-row LSE shifts of Q's pass)."""
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     b, hq, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "HND" else (q.shape[0], q.shape[2], q.shape[1])
-    lse = torch.empty((b, hq, nq), dtype=torch.float32, device=q.device)
+    lse = torch.empty((b, hq, nq), dtype=torch.float32, device=q.device) if want_lse else None
+    lse_ptr = ctypes.c_void_p(lse.data_ptr() if lse is not None else None)
     cfg = _core.config(method, sm_scale if sm_scale > 0 else None, check_finite, **switches)
     tables = None
     if rope is not None:
@@ -42,32 +45,40 @@ def run(q, k, v, layout, sm_scale, method, switches, layer, check_finite, rope=N
         ctx = _core._context(_capi.BACKEND_CUDA)
         with torch.cuda.device(q.device):
             _core.lib().vcattn_set_cuda_stream(ctx, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-            _core.run(ctx, cfg, *views, ctypes.c_void_p(lse.data_ptr()), layer, tables)
+            _core.run(ctx, cfg, *views, lse_ptr, layer, tables)
     else:
-        _core.run(_core._context(_capi.BACKEND_CPU), cfg, *views, ctypes.c_void_p(lse.data_ptr()), layer, tables)
+        _core.run(_core._context(_capi.BACKEND_CPU), cfg, *views, lse_ptr, layer, tables)
     return out, lse
 
 
-def fake_outputs(q, layout):
+def no_lse(q):
+    """The lse an op returns when none was asked for: empty (an op's outputs are tensors)."""
+    return q.new_empty((0,), dtype=torch.float32)
+
+
+def fake_outputs(q, layout, want_lse=True):
     """The (out, lse) a call returns, as empty tensors of the right shapes (fake implementations)."""
     b, hq, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "HND" else (q.shape[0], q.shape[2], q.shape[1])
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
-            q.new_empty((b, hq, nq), dtype=torch.float32))
+            q.new_empty((b, hq, nq), dtype=torch.float32) if want_lse else no_lse(q))
 
 
 @torch.library.custom_op("vcattn::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, sm_scale: float,
                  method: str, switches: str, layer: Optional[torch.Tensor], check_finite: bool,
                  rope_cos: Optional[torch.Tensor], rope_sin: Optional[torch.Tensor],
-                 rope_style: int) -> tuple[torch.Tensor, torch.Tensor]:
+                 rope_style: int, want_lse: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     handle = _core.layer_of(*(int(x) for x in layer.tolist())) if layer is not None else None
     rope = (rope_cos, rope_sin, rope_cos, rope_sin, rope_style) if rope_cos is not None else None
-    return run(q, k, v, layout, sm_scale, method, _core.decode_switches(switches), handle, check_finite, rope)
+    out, lse = run(q, k, v, layout, sm_scale, method, _core.decode_switches(switches), handle, check_finite, rope,
+                   want_lse)
+    return out, lse if lse is not None else no_lse(q)
 
 
 @attention_op.register_fake
-def _(q, k, v, layout, sm_scale, method, switches, layer, check_finite, rope_cos, rope_sin, rope_style):
-    return fake_outputs(q, layout)
+def _(q, k, v, layout, sm_scale, method, switches, layer, check_finite, rope_cos, rope_sin, rope_style,
+      want_lse=True):
+    return fake_outputs(q, layout, want_lse)
 
 
 def _layer_token(state):
@@ -148,15 +159,17 @@ def _eager(t):
 
 
 def attention(q, k, v, tensor_layout, sm_scale, method, state, check_finite, switches, rope=None,
-              rope_style="interleaved"):
+              rope_style="interleaved", want_lse=True):
+    """(out, lse); lse None unless want_lse."""
     q, k, v, scale, d, cos, sin, style = prepare(q, k, v, sm_scale, tensor_layout, rope, rope_style)
     if _eager(q) and _eager(k) and _eager(v):
         # the op's body without the dispatcher's bookkeeping: the same call, about a quarter less host time
         handle = state.c_layer() if state is not None else None
         out, lse = run(q, k, v, tensor_layout, scale, method, switches, handle, bool(check_finite),
-                       (cos, sin, cos, sin, style) if cos is not None else None)
+                       (cos, sin, cos, sin, style) if cos is not None else None, want_lse)
     else:
         out, lse = torch.ops.vcattn.attention(q, k, v, tensor_layout, scale, method,
                                               _core.encode_switches(switches), _layer_token(state),
-                                              bool(check_finite), cos, sin, style)
+                                              bool(check_finite), cos, sin, style, want_lse)
+        lse = lse if want_lse else None
     return (out[..., :d] if out.shape[-1] != d else out), lse

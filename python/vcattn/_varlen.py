@@ -45,7 +45,7 @@ def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Te
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     for i in range(len(bq) - 1):
         qs, ks, vs = (t[None] for t in (q[bq[i]:bq[i + 1]], k[bk[i]:bk[i + 1]], v[bk[i]:bk[i + 1]]))
-        o, _ = _torch_op.run(qs, ks, vs, "NHD", scale, method, {}, None, check_finite)
+        o, _ = _torch_op.run(qs, ks, vs, "NHD", scale, method, {}, None, check_finite, want_lse=False)
         out[bq[i]:bq[i + 1]] = o[0]
     return out
 

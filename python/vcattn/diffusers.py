@@ -261,11 +261,11 @@ def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale,
         return _sdpa(why[0], query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse)
     q, k, v, scale, d, cos, sin, _ = _torch_op.prepare(query, key, value, scale, "NHD", rope)
     if scheduled:
-        out, lse = torch.ops.vcattn.dit_layer_attention(q, k, v, _clock, scale, key_mask, cos, sin)
-    elif key_mask is not None:
+        out, lse = torch.ops.vcattn.dit_layer_attention(q, k, v, _clock, scale, key_mask, cos, sin, return_lse)
+    elif key_mask is not None:  # never with return_lse (routed to SDPA above)
         out, lse = torch.ops.vcattn.dit_masked_attention(q, k, v, scale, key_mask, cos, sin)
     else:
-        out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, cos, sin)
+        out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, cos, sin, return_lse)
     if out.shape[-1] != d:
         out = out[..., :d]
     return (out, lse) if return_lse else out
@@ -322,9 +322,9 @@ def _parallel_layer_forward_op(ctx, query, key, value, attn_mask=None, dropout_p
 def _parallel_call(scheduled, query, key, value, scale, return_lse):
     q, k, v, scale, d, _, _, _ = _torch_op.prepare(query, key, value, scale, "NHD")
     if scheduled:
-        out, lse = torch.ops.vcattn.dit_layer_attention(q, k, v, _clock, scale, None, None, None)
+        out, lse = torch.ops.vcattn.dit_layer_attention(q, k, v, _clock, scale, None, None, None, return_lse)
     else:
-        out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, None, None)
+        out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, None, None, return_lse)
     if out.shape[-1] != d:
         out = out[..., :d]
     return (out, lse.transpose(1, 2)) if return_lse else out
@@ -372,7 +372,7 @@ def _masked(call, q, k, v, key_mask, scale, cos, sin):
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=key_mask[:, None, None, :],
             scale=scale, enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2).contiguous()
         # no LSE here: a call that asks for one never brings a mask to the op (it is routed to SDPA first)
-        return out, q.new_full((q.shape[0], q.shape[2], q.shape[1]), float("nan"), dtype=torch.float32)
+        return out, None
     if bool(keep.all()):
         return call(q, k, v, rope)
     outs = []
@@ -380,64 +380,75 @@ def _masked(call, q, k, v, key_mask, scale, cos, sin):
         kept = keep[i]
         rope_i = (cos, sin, cos[kept].contiguous(), sin[kept].contiguous(), 0) if cos is not None else None
         outs.append(call(q[i:i + 1], k[i:i + 1, kept], v[i:i + 1, kept], rope_i))
-    return torch.cat([o for o, _ in outs]), torch.cat([s for _, s in outs])
+    out = torch.cat([o for o, _ in outs])
+    return out, (torch.cat([s for _, s in outs]) if outs[0][1] is not None else None)
 
 
-def _dropin(q, k, v, scale, key_mask, cos, sin):
+def _with_lse(q, out_lse):
+    """An op's outputs: (out, lse), lse empty where none was asked for."""
+    out, lse = out_lse
+    return out, lse if lse is not None else _torch_op.no_lse(q)
+
+
+def _dropin(q, k, v, scale, key_mask, cos, sin, want_lse):
     def call(q, k, v, rope):
         stats["vcattn"] += 1
-        return _torch_op.run(q, k, v, "NHD", scale, "vc", {}, None, False, rope)
-    return _masked(call, q, k, v, key_mask, scale, cos, sin)
+        return _torch_op.run(q, k, v, "NHD", scale, "vc", {}, None, False, rope, want_lse)
+    return _with_lse(q, _masked(call, q, k, v, key_mask, scale, cos, sin))
 
 
 @torch.library.custom_op("vcattn::dit_attention", mutates_args=())
 def _dropin_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, rope_cos: Optional[torch.Tensor],
-               rope_sin: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+               rope_sin: Optional[torch.Tensor], want_lse: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """A drop-in call ([B, S, H, D]; no layer state): the principal order. It
-    never waits for the GPU, so a CUDA graph may hold it."""
-    return _dropin(q, k, v, scale, None, rope_cos, rope_sin)
+    never waits for the GPU, so a CUDA graph may hold it. Its lse is empty
+    unless want_lse."""
+    return _dropin(q, k, v, scale, None, rope_cos, rope_sin, want_lse)
 
 
 @torch.library.custom_op("vcattn::dit_masked_attention", mutates_args=(), tags=_CUDAGRAPH_UNSAFE)
 def _masked_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, key_mask: torch.Tensor,
                rope_cos: Optional[torch.Tensor], rope_sin: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """A drop-in call under a key-padding mask: its values are read on the
-    host (which keys each sample keeps), so no CUDA graph may hold it."""
-    return _dropin(q, k, v, scale, key_mask, rope_cos, rope_sin)
+    host (which keys each sample keeps), so no CUDA graph may hold it. No
+    LSE (empty): a call that asks for one is routed to SDPA."""
+    return _dropin(q, k, v, scale, key_mask, rope_cos, rope_sin, False)
 
 
 @torch.library.custom_op("vcattn::dit_layer_attention", mutates_args=(), tags=_CUDAGRAPH_UNSAFE)
 def _layer_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, clock: torch.Tensor, scale: float,
               key_mask: Optional[torch.Tensor], rope_cos: Optional[torch.Tensor],
-              rope_sin: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+              rope_sin: Optional[torch.Tensor], want_lse: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """A call of a transformer under enable()/set_backend(): the layer is its
     place among the vcattn calls of the forward that vcattn::dit_forward
-    began (clock orders the two in a graph)."""
+    began (clock orders the two in a graph). Its lse is empty unless
+    want_lse (and always under a key-padding mask)."""
     forward = getattr(_local, "forward", None)
+    want_lse = want_lse and key_mask is None
 
     def call(q, k, v, rope):
         stats["vcattn"] += 1
         if forward is None:  # no forward of an installed transformer began on this thread
-            return _torch_op.run(q, k, v, "NHD", scale, "vc", {}, None, False, rope)
+            return _torch_op.run(q, k, v, "NHD", scale, "vc", {}, None, False, rope, want_lse)
         inst, counter = forward
         counter[0] += 1
-        return inst.run(counter[0] - 1, q, k, v, scale, rope)
-    return _masked(call, q, k, v, key_mask, scale, rope_cos, rope_sin)
+        return inst.run(counter[0] - 1, q, k, v, scale, rope, want_lse)
+    return _with_lse(q, _masked(call, q, k, v, key_mask, scale, rope_cos, rope_sin))
 
 
 @_dropin_op.register_fake
-def _(q, k, v, scale, rope_cos, rope_sin):
-    return _torch_op.fake_outputs(q, "NHD")
+def _(q, k, v, scale, rope_cos, rope_sin, want_lse=True):
+    return _torch_op.fake_outputs(q, "NHD", want_lse)
 
 
 @_masked_op.register_fake
 def _(q, k, v, scale, key_mask, rope_cos, rope_sin):
-    return _torch_op.fake_outputs(q, "NHD")
+    return _torch_op.fake_outputs(q, "NHD", False)
 
 
 @_layer_op.register_fake
-def _(q, k, v, clock, scale, key_mask, rope_cos, rope_sin):
-    return _torch_op.fake_outputs(q, "NHD")
+def _(q, k, v, clock, scale, key_mask, rope_cos, rope_sin, want_lse=True):
+    return _torch_op.fake_outputs(q, "NHD", want_lse and key_mask is None)
 
 
 @torch.library.custom_op("vcattn::dit_forward", mutates_args=("clock",), tags=_CUDAGRAPH_UNSAFE)
@@ -823,11 +834,11 @@ class _Installation:
         transformer.forward = forward
         self.wrapper = forward
 
-    def run(self, index, query, key, value, scale, rope):
+    def run(self, index, query, key, value, scale, rope, want_lse=True):
         """Run time: the index-th vcattn call of this forward, with its layer's state."""
         generation = self.steps.generation
         if generation is None:
-            return _torch_op.run(query, key, value, "NHD", scale, self.method, {}, None, False, rope)
+            return _torch_op.run(query, key, value, "NHD", scale, self.method, {}, None, False, rope, want_lse)
         layer_key = (self.label, index, tuple(key.shape))
         state, step, grouped_at = generation.layer(layer_key)
         plan = _core.lib().vcattn_layer_plan(state.c_layer(), ctypes.byref(self.cfg))
@@ -836,7 +847,7 @@ class _Installation:
         if again:
             stats["vcattn:reuse"] += 1
         out = _torch_op.run(query, key, value, "NHD", scale, self.method, _REUSE_GROUPING if again else {},
-                            state.c_layer(), False, rope)
+                            state.c_layer(), False, rope, want_lse)
         if groups and not again:
             generation.layers[layer_key][2] = step
             generation.groupings.append((layer_key, step, "cold" if plan == 1 else "warm"))
