@@ -194,6 +194,18 @@ if torch is not None:
     out_t, lse_t = vcattn.attention(tq, tk, tv, return_lse=True)
     out_n, lse_n = vcattn.attention(q, k, v, return_lse=True)
     check(np.array_equal(out_t.numpy(), out_n) and np.array_equal(lse_t.numpy(), lse_n), "torch != numpy")
+    # the library gets an LSE buffer only when the caller asks for the LSE (it forms none otherwise)
+    from vcattn import _core as core
+    given, c_run = [], core.run
+    core.run = lambda *a, **kw: (given.append(a[6].value is not None), c_run(*a, **kw))[1]
+    try:
+        plain_t, plain_n = vcattn.attention(tq, tk, tv), vcattn.attention(q, k, v)
+        vcattn.attention(tq, tk, tv, return_lse=True)
+        vcattn.sdpa(tq, tk, tv, enable_gqa=True)
+    finally:
+        core.run = c_run
+    check(given == [False, False, True, False], "LSE buffers passed (plain torch, numpy, return_lse, sdpa): %s" % given)
+    check(torch.equal(plain_t, out_t) and np.array_equal(plain_n, out_n), "output differs without return_lse")
     bq, bk, bv = (x.to(torch.bfloat16) for x in (tq, tk, tv))
     out_b = vcattn.attention(bq, bk, bv)
     check(out_b.dtype == torch.bfloat16 and rel(out_b.float().numpy(), ref) < 0.06, "bfloat16 torch")
