@@ -56,6 +56,17 @@ check(not [w for w in caught if "vcattn" in str(w.message)],
 ref = ad.dispatch_attention_fn(q, q, q, backend=ad.AttentionBackendName.NATIVE)
 rel = ((out - ref).norm() / ref.norm()).item()
 check(0 < rel < 0.05, "dispatched vcattn vs SDPA: relative difference %.4f" % rel)
+# the library forms an LSE only for a call that asks for one (return_lse: diffusers' context parallelism)
+from vcattn import _core as core  # noqa: E402
+given, c_run = [], core.run
+core.run = lambda *a, **kw: (given.append(a[6].value is not None), c_run(*a, **kw))[1]
+try:
+    plain = vd.attention_backend(q, q, q)
+    with_lse, lse = vd.attention_backend(q, q, q, return_lse=True)
+finally:
+    core.run = c_run
+check(given == [False, True] and torch.equal(plain, with_lse) and lse.numel() == 128,
+      "the backend's LSE buffers (without, with return_lse): %s, lse %s" % (given, tuple(lse.shape)))
 # what a diffusers that moved these internals gets: the name of what is missing, not an AttributeError later
 saved = ad._AttentionBackendRegistry._supported_arg_names
 del ad._AttentionBackendRegistry._supported_arg_names
