@@ -177,6 +177,26 @@ def config(method: str = "vc", sm_scale: Optional[float] = None, check_finite: b
     return cfg
 
 
+_call_configs = {}  # (method, sm_scale, check_finite, switches) -> Config, read-only: the calls' own
+
+
+def call_config(method, sm_scale, check_finite, switches):
+    """config(...) for a call, made once per distinct arguments: the C call
+    only reads it, and building it costs a C call and a field check each
+    time. switches: {field: value}."""
+    key = (method, sm_scale, bool(check_finite), tuple(sorted(switches.items())))
+    try:
+        cfg = _call_configs.get(key)
+    except TypeError:  # an unhashable value: config() names what is wrong with it
+        return config(method, sm_scale, check_finite, **switches)
+    if cfg is None:
+        cfg = config(method, sm_scale, check_finite, **switches)
+        if len(_call_configs) >= 256:  # many distinct scales or switches: start over
+            _call_configs.clear()
+        _call_configs[key] = cfg
+    return cfg
+
+
 def check_step(step, num_inference_steps):
     """step as an int inside [0, num_inference_steps), or a ValueError naming both."""
     step = int(step)

@@ -29,7 +29,7 @@ def attention(q, k, v, tensor_layout, sm_scale, method, state, check_finite, swi
     out = np.empty(q.shape, dtype=q.dtype)
     b, hq, nq = (q.shape[0], q.shape[1], q.shape[2]) if tensor_layout == "HND" else (q.shape[0], q.shape[2], q.shape[1])
     lse = np.empty((b, hq, nq), dtype=np.float32) if want_lse else None
-    cfg = _core.config(method, sm_scale, check_finite, **switches)
+    cfg = _core.call_config(method, sm_scale, check_finite, switches)
     ctx = _core._context(_capi.BACKEND_CPU)
     _core.run(ctx, cfg, _desc(q, tensor_layout), _desc(k, tensor_layout), _desc(v, tensor_layout),
               _desc(out, tensor_layout), ctypes.c_void_p(lse.ctypes.data if lse is not None else None),

@@ -35,7 +35,7 @@ def run(q, k, v, layout, sm_scale, method, switches, layer, check_finite, rope=N
     b, hq, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "HND" else (q.shape[0], q.shape[2], q.shape[1])
     lse = torch.empty((b, hq, nq), dtype=torch.float32, device=q.device) if want_lse else None
     lse_ptr = ctypes.c_void_p(lse.data_ptr() if lse is not None else None)
-    cfg = _core.config(method, sm_scale if sm_scale > 0 else None, check_finite, **switches)
+    cfg = _core.call_config(method, sm_scale if sm_scale > 0 else None, check_finite, switches)
     tables = None
     if rope is not None:
         q_cos, q_sin, k_cos, k_sin, style = rope
