@@ -125,10 +125,11 @@ class Vcattn:
             raise RuntimeError(self.lib.vcattn_last_error(self.ctx).decode())
 
 
-def profiled(fn, reps):
-    """The CUPTI events of reps calls of fn, after one call outside the profile."""
+def profiled(fn, reps, warmup=True):
+    """The CUPTI events of reps calls of fn, after one call outside the profile (with warmup)."""
     from torch.profiler import ProfilerActivity, profile
-    fn()
+    if warmup:
+        fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
@@ -149,10 +150,10 @@ def kernel_ms(fn, reps, name="vc_attention"):
     return (statistics.median(times) if times else float("nan")), {k: sum(v) / reps for k, v in pre.items()}
 
 
-def gpu_ms(fn, reps):
+def gpu_ms(fn, reps, warmup=True):
     """The GPU time of one call: every kernel, copy and set it runs (CUPTI), summed, averaged over reps."""
     from torch.autograd import DeviceType
-    return sum(e.device_time for e in profiled(fn, reps) if e.device_type == DeviceType.CUDA) / 1e3 / reps
+    return sum(e.device_time for e in profiled(fn, reps, warmup) if e.device_type == DeviceType.CUDA) / 1e3 / reps
 
 
 def gpu_gaps(events, leave_out=()):
@@ -178,18 +179,12 @@ def gpu_ms_interleaved(fns, reps):
     round in its own order): the median of each. For A/B ratios of GPU work,
     as medians_interleaved_ms is for wall time (a run's clock drift reaches
     both sides alike)."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
     for fn in fns:
         fn()
-    torch.cuda.synchronize()
     sums = [[] for _ in fns]
     for r in range(reps):
         for i in round_order(len(fns), r):
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                fns[i]()
-                torch.cuda.synchronize()
-            sums[i].append(sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA) / 1e3)
+            sums[i].append(gpu_ms(fns[i], 1, warmup=False))
     return [statistics.median(t) for t in sums]
 
 
