@@ -2,9 +2,10 @@
 
 Both libraries load side by side (each its own copy: give two files), run
 the same inputs, and each call is timed in turn, round by round in shuffled
-orders (CUDA events, medians): a plain step (a layer state past its grouping
-step) and a drop-in call (no layer state), with the input checks on as in
-the public call. The outputs of the two builds are compared bit for bit: a
+orders (CUDA events; medians, and B over A round by round with its 95%
+interval): a plain step (a layer state past its grouping step) and a
+drop-in call (no layer state), with the input checks on as in the public
+call. The outputs of the two builds are compared bit for bit: a
 change that keeps every sum in its order must give the same bits.
 
 Build the base in another folder first, e.g.
@@ -24,7 +25,9 @@ from needs import torch_or_exit  # noqa: E402
 
 torch = torch_or_exit("ab_builds")
 from bench_attention import Vcattn, checkout_commit, shape_of  # noqa: E402
-from timing import medians_interleaved_ms  # noqa: E402
+import statistics  # noqa: E402
+
+from timing import paired_ratio, ratio_text, times_interleaved_ms  # noqa: E402
 
 
 def calls_of(vc, method, check, q, k, v):
@@ -64,15 +67,18 @@ def main():
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         (a_plain, a_drop, a_po, a_do), (b_plain, b_drop, b_po, b_do) = (
             calls_of(vc, args.method, not args.no_check, q, k, v) for vc in builds)
-        ms = medians_interleaved_ms([a_plain, b_plain, a_drop, b_drop], args.reps)
+        times = times_interleaved_ms([a_plain, b_plain, a_drop, b_drop], args.reps)
         torch.cuda.synchronize()
+        ms = [statistics.median(t) for t in times]
         row = {"shape": name, "B": b, "H": h, "N": n, "D": d,
                "plain_ms": [ms[0], ms[1]], "dropin_ms": [ms[2], ms[3]],
+               "plain_ratio": paired_ratio(times[0], times[1]), "dropin_ratio": paired_ratio(times[2], times[3]),
                "plain_equal": torch.equal(a_po, b_po), "dropin_equal": torch.equal(a_do, b_do)}
         rows.append(row)
-        print("%-14s plain step A %.4f B %.4f ms (B/A %.4f), drop-in A %.4f B %.4f ms (B/A %.4f); "
-              "outputs bit-identical: plain %s, drop-in %s" % (name, ms[0], ms[1], ms[1] / ms[0], ms[2], ms[3],
-                                                              ms[3] / ms[2], row["plain_equal"], row["dropin_equal"]))
+        print("%-14s plain step A %.4f B %.4f ms, B over A %s; drop-in A %.4f B %.4f ms, B over A %s; "
+              "outputs bit-identical: plain %s, drop-in %s" % (
+                  name, ms[0], ms[1], ratio_text(row["plain_ratio"]), ms[2], ms[3], ratio_text(row["dropin_ratio"]),
+                  row["plain_equal"], row["dropin_equal"]))
         del q, k, v, a_po, a_do, b_po, b_do
         torch.cuda.empty_cache()
     if args.json:

@@ -39,7 +39,8 @@ from needs import torch_or_exit  # noqa: E402
 
 torch = torch_or_exit("bench_attention")
 from vcattn import _capi  # noqa: E402
-from timing import median_ms, medians_interleaved_ms, round_order  # noqa: E402
+from timing import (median_ms, medians_interleaved_ms, paired_ratio, ratio_text, round_order,  # noqa: E402
+                    times_interleaved_ms)
 
 SHAPES = {  # name: (B, H, N, D)
     "wan2.2-720p": (1, 40, 75600, 128),
@@ -260,10 +261,14 @@ def bench_shape(vc, name, shape, reps, check_finite=0, method="vc", probe_rows=0
         cfg_0, cfg_p = vc.config(method, check_finite), vc.config(method, check_finite)
         cfg_0.vsmooth_probe_rows, cfg_p.vsmooth_probe_rows = 0, probe_rows
         vc.lib.vcattn_layer_set_step(layer, 1)
-        (row["vc_call_again_ms"], row["vc_probe_call_ms"], row["vc_dropin_again_ms"],
-         row["vc_probe_dropin_ms"]) = medians_interleaved_ms(
+        times = times_interleaved_ms(
             [lambda: vc(q, k, v, out, cfg_0, layer), lambda: vc(q, k, v, out, cfg_p, layer),
              lambda: vc(q, k, v, out, cfg_0), lambda: vc(q, k, v, out, cfg_p)], reps, "cuda")
+        (row["vc_call_again_ms"], row["vc_probe_call_ms"], row["vc_dropin_again_ms"],
+         row["vc_probe_dropin_ms"]) = (statistics.median(t) for t in times)
+        # with the probe over without, round by round: the median ratio and its interval
+        row["vc_probe_call_ratio"] = paired_ratio(times[0], times[1])
+        row["vc_probe_dropin_ratio"] = paired_ratio(times[2], times[3])
         # the GPU time the probe adds (every kernel summed): its work, free of the host's share
         (row["vc_call_gpu_ms"], row["vc_probe_call_gpu_ms"], row["vc_dropin_gpu_ms"],
          row["vc_probe_dropin_gpu_ms"]) = gpu_ms_interleaved(
@@ -350,6 +355,8 @@ def main():
                       "", r["vc_probe_call_ms"], 100 * (r["vc_probe_call_ms"] / r["vc_call_again_ms"] - 1),
                       r["vc_call_again_ms"], r["vc_probe_dropin_ms"],
                       100 * (r["vc_probe_dropin_ms"] / r["vc_dropin_again_ms"] - 1), r["vc_dropin_again_ms"]))
+            print("%-14s the probe round by round: plain step %s, drop-in %s" % (
+                "", ratio_text(r["vc_probe_call_ratio"]), ratio_text(r["vc_probe_dropin_ratio"])))
             print("%-14s GPU time with the probe: plain step %+.2f%% (%.3f over %.3f ms), drop-in %+.2f%% "
                   "(%.3f over %.3f)" % (
                       "", 100 * (r["vc_probe_call_gpu_ms"] / r["vc_call_gpu_ms"] - 1), r["vc_probe_call_gpu_ms"],

@@ -1,4 +1,6 @@
-"""Median wall time of a callable: CUDA events on the GPU, perf_counter on the CPU."""
+"""Median wall time of a callable: CUDA events on the GPU, perf_counter on the CPU;
+two ways to do one thing timed in turn, and their ratio round by round."""
+import math
 import random
 import statistics
 import time
@@ -34,10 +36,10 @@ def round_order(n, r):
     return order
 
 
-def medians_interleaved_ms(fns, reps, device="cuda", warmup=1):
-    """The median of each callable, timed in turn round by round (each round
-    in its own order), so a drift of the machine (clocks, heat) reaches
-    each alike: for ratios of two ways to do one thing."""
+def times_interleaved_ms(fns, reps, device="cuda", warmup=1):
+    """Each callable's times, timed in turn round by round (each round in its
+    own order), so a drift of the machine (clocks, heat) reaches each alike:
+    times[i][r] is callable i in round r."""
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -45,4 +47,41 @@ def medians_interleaved_ms(fns, reps, device="cuda", warmup=1):
     for r in range(reps):
         for i in round_order(len(fns), r):
             times[i].append(_once(fns[i], device))
-    return [statistics.median(t) for t in times]
+    return times
+
+
+def medians_interleaved_ms(fns, reps, device="cuda", warmup=1):
+    """The median of each callable, timed as times_interleaved_ms times them:
+    for ratios of two ways to do one thing."""
+    return [statistics.median(t) for t in times_interleaved_ms(fns, reps, device, warmup)]
+
+
+def paired_ratio(base, change, confidence=0.95):
+    """change / base round by round (two lists of times from one
+    times_interleaved_ms): the median of the rounds' ratios and a
+    distribution-free confidence interval of that median (order statistics
+    of the sorted ratios, from the binomial distribution with p = 1/2).
+    A round's two calls ran next to each other, so its ratio cancels the
+    drift that moves both; the interval says whether a difference of a
+    percent is one. (nan, nan) for the interval with too few rounds."""
+    ratios = sorted(c / b for b, c in zip(base, change))
+    n = len(ratios)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    tail, below, j = (1.0 - confidence) / 2.0, 0.0, 0
+    # the largest j with P(X < j) <= tail, X ~ Binomial(n, 1/2): the interval
+    # [ratios[j - 1], ratios[n - j]] holds the median with the confidence asked
+    while below + math.comb(n, j) / 2.0 ** n <= tail:
+        below += math.comb(n, j) / 2.0 ** n
+        j += 1
+    if j == 0:
+        return statistics.median(ratios), math.nan, math.nan
+    return statistics.median(ratios), ratios[j - 1], ratios[n - j]
+
+
+def ratio_text(ratio):
+    """A paired_ratio as '+0.85% (95% interval +0.41 to +1.30%)'."""
+    mid, lo, hi = ratio
+    if math.isnan(lo):
+        return "%+.2f%% (too few rounds for an interval)" % (100 * (mid - 1))
+    return "%+.2f%% (95%% interval %+.2f to %+.2f%%)" % (100 * (mid - 1), 100 * (lo - 1), 100 * (hi - 1))
