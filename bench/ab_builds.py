@@ -13,6 +13,12 @@ Build the base in another folder first, e.g.
     git worktree add /tmp/base main && make -C /tmp/base build
     python bench/ab_builds.py /tmp/base/build/libvcattn.so build/libvcattn.so \\
         --shapes flux-4608,seq-8k,longcat-480p --reps 21
+
+A setting's cost, one build copied to a second file:
+
+    cp build/libvcattn.so /tmp/same.so
+    python bench/ab_builds.py build/libvcattn.so /tmp/same.so --set-a vsmooth_probe_rows=0 \
+        --shapes longcat-480p,wan2.2-720p --reps 41
 """
 import argparse
 import ctypes
@@ -30,9 +36,19 @@ import statistics  # noqa: E402
 from timing import paired_ratio, ratio_text, times_interleaved_ms  # noqa: E402
 
 
-def calls_of(vc, method, check, q, k, v):
-    """The build's plain step and drop-in call on q, k, v, and their outputs."""
+def config_of(vc, method, check, settings):
+    """The method's config with settings ("field=value" strings) applied."""
     cfg = vc.config(method, int(check))
+    for item in settings:
+        field, _, value = item.partition("=")
+        if field not in dict(cfg._fields_):
+            sys.exit("ab_builds: the config has no field %r" % field)
+        setattr(cfg, field, type(getattr(cfg, field))(float(value)))
+    return cfg
+
+
+def calls_of(vc, cfg, q, k, v):
+    """The build's plain step and drop-in call on q, k, v, and their outputs."""
     layer = vc.layer(40)
     plain_out, drop_out = torch.empty_like(q), torch.empty_like(q)
     vc.lib.vcattn_layer_set_step(layer, 0)
@@ -50,6 +66,10 @@ def main():
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--method", default="vc")
     ap.add_argument("--no-check", action="store_true", help="calls without the input checks")
+    ap.add_argument("--set-a", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a config field set for A alone (repeatable): with one build in two files, the A/B of a "
+                         "setting, e.g. --set-a vsmooth_probe_rows=0 times the attention probe's cost")
+    ap.add_argument("--set-b", action="append", default=[], metavar="FIELD=VALUE", help="the same for B")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if os.path.realpath(args.base) == os.path.realpath(args.change):
@@ -59,14 +79,16 @@ def main():
     if entry[0] == entry[1]:
         sys.exit("ab_builds: the two libraries loaded as one (copy one to another file name)")
     rows = []
-    print("A = %s, B = %s; %s, checks %s; %s, %d rounds" % (args.base, args.change, args.method,
-          "off" if args.no_check else "on", torch.cuda.get_device_name(), args.reps))
+    print("A = %s %s, B = %s %s; %s, checks %s; %s, %d rounds" % (
+        args.base, " ".join(args.set_a), args.change, " ".join(args.set_b), args.method,
+        "off" if args.no_check else "on", torch.cuda.get_device_name(), args.reps))
     for name in args.shapes.split(","):
         b, h, n, d = shape_of(name)
         torch.manual_seed(0)
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         (a_plain, a_drop, a_po, a_do), (b_plain, b_drop, b_po, b_do) = (
-            calls_of(vc, args.method, not args.no_check, q, k, v) for vc in builds)
+            calls_of(vc, config_of(vc, args.method, not args.no_check, settings), q, k, v)
+            for vc, settings in zip(builds, (args.set_a, args.set_b)))
         times = times_interleaved_ms([a_plain, b_plain, a_drop, b_drop], args.reps)
         torch.cuda.synchronize()
         ms = [statistics.median(t) for t in times]
@@ -83,7 +105,8 @@ def main():
         torch.cuda.empty_cache()
     if args.json:
         meta = {"device": torch.cuda.get_device_name(), "commit": checkout_commit(), "base": args.base,
-                "change": args.change, "method": args.method, "check": not args.no_check, "reps": args.reps}
+                "change": args.change, "set_a": args.set_a, "set_b": args.set_b, "method": args.method,
+                "check": not args.no_check, "reps": args.reps}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
