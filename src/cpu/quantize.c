@@ -136,15 +136,17 @@ static double row_energy(const float *x, int64_t d) {
  * -mean + small, whose FP8 error scales with the mean instead of its own
  * norm, docs/fidelity.md), nor when the mean carries too little of the
  * block's energy (vsmooth_mean_worth_removing), nor when every value is on
- * the E4M3 grid already (vcattn_e4m3_exact_at). Double sums in row order. */
+ * the E4M3 grid already (vcattn_e4m3_exact_at). |mean|^2 and the energy are
+ * double sums in vsmooth_tree_sum's order. */
 static int block_keeps_mean(const float *v, int64_t t0, int64_t t1, int64_t d, const float *mean,
                             float sink_guard) {
-    double mean2 = 0.0, energy = 0.0;
+    double squares[VCATTN_MAX_HEAD_DIM], energies[VCATTN_TILE];
     float amax[VCATTN_MAX_HEAD_DIM];
     for (int64_t i = 0; i < d; i++) {
-        mean2 += (double)mean[i] * (double)mean[i];
+        squares[i] = (double)mean[i] * (double)mean[i];
         amax[i] = 0.0f;
     }
+    const double mean2 = vsmooth_tree_sum(squares, d);
     for (int64_t r = t0; r < t1; r++)
         for (int64_t i = 0; i < d; i++) amax[i] = fmaxf(amax[i], fabsf(v[r * d + i]));
     const double bound = (double)sink_guard * (double)sink_guard * mean2;
@@ -152,27 +154,27 @@ static int block_keeps_mean(const float *v, int64_t t0, int64_t t1, int64_t d, c
     for (int64_t r = t0; r < t1; r++) {
         const double e = row_energy(v + r * d, d);
         sink |= sink_guard > 0.0f && e < bound;
-        energy += e;
+        energies[r - t0] = e;
         for (int64_t i = 0; on_grid && i < d; i++) on_grid = vcattn_e4m3_exact_at(v[r * d + i], amax[i]);
     }
+    const double energy = vsmooth_tree_sum(energies, t1 - t0);
     return !sink && !on_grid && vsmooth_mean_worth_removing((double)(t1 - t0), mean2, energy);
 }
 
 /* Each block's centre: the mean of its rows, weighted by weight[r] when
- * given (the attention probe, vsmooth.h), in double in row order. */
+ * given (the attention probe, vsmooth.h), in double: per channel two chains,
+ * the even rows and the odd rows in turn, added last (the GPU's two threads
+ * a channel); the weights' total in vsmooth_tree_sum's order. */
 static void block_means(const float *v, int64_t n, int64_t d, float sink_guard, const double *weight,
                         float *mean) {
     for (int64_t t0 = 0, j = 0; t0 < n; t0 += VCATTN_TILE, j++) {
         int64_t t1 = t0 + VCATTN_TILE < n ? t0 + VCATTN_TILE : n;
-        double total = (double)(t1 - t0);
-        if (weight) {
-            total = 0.0;
-            for (int64_t r = t0; r < t1; r++) total += weight[r];
-        }
+        const double total = weight ? vsmooth_tree_sum(weight + t0, t1 - t0) : (double)(t1 - t0);
         for (int64_t i = 0; i < d; i++) {
-            double s = 0.0;
-            for (int64_t r = t0; r < t1; r++) s += weight ? weight[r] * v[r * d + i] : v[r * d + i];
-            mean[j * d + i] = (float)(s / total);
+            double s[2] = {0.0, 0.0};
+            for (int64_t r = t0; r < t1; r++)
+                s[(r - t0) & 1] += weight ? weight[r] * v[r * d + i] : v[r * d + i];
+            mean[j * d + i] = (float)((s[0] + s[1]) / total);
         }
         if (!block_keeps_mean(v, t0, t1, d, mean + j * d, sink_guard))
             memset(mean + j * d, 0, (size_t)d * sizeof *mean);

@@ -284,10 +284,12 @@ __global__ void __launch_bounds__(kThreads) principal_power_kernel(int splits, c
             w_s[threadIdx.x] = s;
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
+        if (threadIdx.x < 32) {  // |w|^2 by one warp: lanes over i mod 32, then a shuffle tree
             double n2 = 0.0;
-            for (int i = 0; i < D; i++) n2 += w_s[i] * w_s[i];
-            n2_s = n2;
+            for (int i = threadIdx.x; i < D; i += 32) n2 += w_s[i] * w_s[i];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) n2 += __shfl_xor_sync(0xffffffffu, n2, o);
+            if (threadIdx.x == 0) n2_s = n2;
         }
         __syncthreads();
         if (threadIdx.x < D && n2_s > 0.0) u_s[threadIdx.x] = w_s[threadIdx.x] / sqrt(n2_s);

@@ -552,22 +552,34 @@ __device__ void probe_weights(const probe_args &p, int64_t head, int tile, int t
     if (!parity && r < count) weight[r] = vsmooth_probe_token_weight(half, odd_s[r], p.mean_weight[head]);
 }
 
-// The tile's block mean (double, row order, as the CPU) and the range of
+// A warp's doubles summed in vsmooth_tree_sum's order: each lane brings its
+// own in-turn sum, and the lanes meet 16 apart, then 8, 4, 2, 1.
+__device__ __forceinline__ double tree_sum(double p) {
+#pragma unroll
+    for (int o = VSMOOTH_SUM_LANES / 2; o > 0; o >>= 1) p += __shfl_xor_sync(0xffffffffu, p, o);
+    return p;
+}
+
+// The tile's block mean (double, as the CPU's block_means) and the range of
 // each channel, from one read of the rows (v_scales_kernel turns them into
 // the residual's amax). The mean is zeroed where it is not worth removing
 // (the CPU's block_keeps_mean): the sink guard, a token of squared norm
 // below sink_guard^2 |mean|^2, a mean with under VSMOOTH_MIN_MEAN_SHARE of
 // the block's energy, or values all on the E4M3 grid at the block's channel
-// ranges (vcattn_e4m3_exact_at); the CPU's double sums in the CPU's order.
+// ranges (vcattn_e4m3_exact_at). Two threads a channel (the even rows, the
+// odd rows); the weights' total, |mean|^2 and the energy by one warp in
+// vsmooth_tree_sum's order: no thread runs a chain of 128 additions while
+// the block waits at a barrier.
 template <bool kHalf>
 __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     extern __shared__ __align__(16) uint8_t tile_smem[];
     __shared__ float mean_s[kMaxHeadDim], hi_s[kMaxHeadDim], lo_s[kMaxHeadDim];
-    __shared__ double energy_s[VC_KV_ROWS], mean2_s, weight_s[VC_KV_ROWS];
+    __shared__ double energy_s[VC_KV_ROWS], mean2_s, weight_s[VC_KV_ROWS], total_s;
     __shared__ int keep_s;
     const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim;
     const int64_t head = (int64_t)b * a.c.heads + h;
     const int n0 = tile * VC_KV_ROWS, count = min(VC_KV_ROWS, a.c.tokens - n0);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const bool weighted = a.demean && a.probe.rows > 0;
     __shared__ probe_batch batch_s;
     if (weighted) probe_fetch(a.probe, head, tile, gridDim.x, 0, batch_s);
@@ -578,28 +590,45 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     rows.template load<4>(a.v, a.c, b, h, a.perm, n0, count);
     if (weighted) probe_weights(a.probe, head, tile, gridDim.x, count, batch_s, weight_s);
     __syncthreads();
-    for (int ch = threadIdx.x; ch < d; ch += kRowThreads) {
-        double s = 0.0, total = (double)count;
-        float hi = -INFINITY, lo = INFINITY;
-        if (weighted) {  // the probe's centre (vsmooth.h), in double in row order as the CPU
-            total = 0.0;
-            for (int r = 0; r < count; r++) total += weight_s[r];
-        }
-        for (int r = 0; r < count; r++) {
-            const float x = rows.get(r, ch);
+    if (weighted && warp == 0) {
+        double p = 0.0;
+        for (int r = lane; r < count; r += VSMOOTH_SUM_LANES) p += weight_s[r];
+        p = tree_sum(p);
+        if (lane == 0) total_s = p;
+    }
+    // The odd rows' sums and ranges wait in arrays free until later (energy_s,
+    // mean_s) or from now on (the probe batch's codes, all read above).
+    float *const odd_lo = reinterpret_cast<float *>(batch_s.codes);
+    const int chan = threadIdx.x % d, parity = threadIdx.x / d;
+    double s = 0.0;
+    float hi = -INFINITY, lo = INFINITY;
+    if (parity < 2) {
+        for (int r = parity; r < count; r += 2) {
+            const float x = rows.get(r, chan);
             s += weighted ? weight_s[r] * (double)x : (double)x;
             hi = fmaxf(hi, x);
             lo = fminf(lo, x);
         }
-        mean_s[ch] = a.demean ? (float)(s / total) : 0.0f;
-        hi_s[ch] = hi;
-        lo_s[ch] = lo;
+        if (parity) {
+            energy_s[chan] = s;
+            mean_s[chan] = hi;
+            odd_lo[chan] = lo;
+        }
     }
     __syncthreads();
-    if (a.demean && threadIdx.x == 0) {
-        double mean2 = 0.0;
-        for (int i = 0; i < d; i++) mean2 += (double)mean_s[i] * (double)mean_s[i];
-        mean2_s = mean2;
+    if (parity == 0) {
+        const double total = weighted ? total_s : (double)count;
+        const float mean = a.demean ? (float)((s + energy_s[chan]) / total) : 0.0f;
+        hi_s[chan] = fmaxf(hi, mean_s[chan]);
+        lo_s[chan] = fminf(lo, odd_lo[chan]);
+        mean_s[chan] = mean;
+    }
+    __syncthreads();
+    if (a.demean && warp == 0) {
+        double p = 0.0;
+        for (int i = lane; i < d; i += VSMOOTH_SUM_LANES) p += (double)mean_s[i] * (double)mean_s[i];
+        p = tree_sum(p);
+        if (lane == 0) mean2_s = p;
     }
     __syncthreads();
     // Each row's energy in the CPU's four chains over i mod 4, two threads a
@@ -632,10 +661,11 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
         sink = a.sink_guard > 0.0f && energy < (double)a.sink_guard * (double)a.sink_guard * mean2_s;
     }
     sink = __syncthreads_or(sink);
-    if (a.demean && threadIdx.x == 0) {
-        double energy = 0.0;
-        for (int r = 0; r < count; r++) energy += energy_s[r];
-        keep_s = !sink && !on_grid && vsmooth_mean_worth_removing((double)count, mean2_s, energy);
+    if (a.demean && warp == 0) {
+        double p = 0.0;
+        for (int r = lane; r < count; r += VSMOOTH_SUM_LANES) p += energy_s[r];
+        p = tree_sum(p);
+        if (lane == 0) keep_s = !sink && !on_grid && vsmooth_mean_worth_removing((double)count, mean2_s, p);
     }
     __syncthreads();
     for (int ch = threadIdx.x; ch < d; ch += kRowThreads) {

@@ -39,6 +39,20 @@ VCATTN_HD int vsmooth_mean_worth_removing(double count, double mean2, double ene
     return !(count * mean2 < VSMOOTH_MIN_MEAN_SHARE * energy);
 }
 
+/* The order of a block's long double sums on both backends (the weights'
+ * total, |mean|^2 over the channels, the energy over the rows): lane l of a
+ * warp adds x[l], x[l + 32], ... in turn, then the lanes' sums meet in a
+ * tree, 16 apart, then 8, 4, 2, 1 (the GPU's shuffles): no serial chain of
+ * n additions for a block to wait on. */
+#define VSMOOTH_SUM_LANES 32
+static inline double vsmooth_tree_sum(const double *x, int64_t n) {
+    double p[VSMOOTH_SUM_LANES] = {0.0};
+    for (int64_t i = 0; i < n; i++) p[i % VSMOOTH_SUM_LANES] += x[i];
+    for (int o = VSMOOTH_SUM_LANES / 2; o > 0; o >>= 1)
+        for (int l = 0; l < o; l++) p[l] += p[l + o];
+    return p[0];
+}
+
 /*
  * The attention probe (vcattn_config.vsmooth_probe_rows = S > 0). A block's
  * FP8 error reaches the output through the attention its tokens receive:
