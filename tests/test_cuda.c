@@ -27,6 +27,7 @@
 #define GUARD_WORD 0x5aa5f00du
 
 enum { V_SINKS = 1, V_FLAT = 2, V_ATTENDED = 3 };  /* shape_t.v_case */
+enum { ROPE_PAIRS = 1, ROPE_HALVES = 2 };  /* shape_t.rope: the tables as interleaved pairs or as halves */
 
 typedef struct {
     const char *name;
@@ -34,7 +35,7 @@ typedef struct {
     int nhd;            /* [B,N,H,D] layout */
     int pad;            /* extra elements per row: a strided (non-contiguous) view */
     vcattn_dtype dtype; /* inputs and output */
-    int rope;
+    int rope;           /* 0: none; ROPE_PAIRS: interleaved pairs; ROPE_HALVES: pairs (i, i + D/2) */
     const char *method;
     int v_case;         /* 0: clusters; V_SINKS: every 300th value token near zero
                          * (the sink guard); V_FLAT: odd heads plain noise, whose
@@ -100,7 +101,8 @@ static void make_inputs(const shape_t *s, inputs_t *in) {
             in->sin_q[i * half + j] = (float)sin(th);
         }
     in->cos_k = in->cos_q; in->sin_k = in->sin_q;
-    in->rope = (vcattn_rope){VCATTN_ROPE_INTERLEAVED, in->cos_q, in->sin_q, in->cos_k, in->sin_k};
+    in->rope = (vcattn_rope){s->rope == ROPE_HALVES ? VCATTN_ROPE_HALF_SPLIT : VCATTN_ROPE_INTERLEAVED,
+                             in->cos_q, in->sin_q, in->cos_k, in->sin_k};
 }
 
 static void free_inputs(inputs_t *in) {
@@ -802,6 +804,8 @@ int main(int argc, char **argv) {
         {"N=128", 1, 2, 2, 128, 128, 128, 0, 0, VCATTN_DTYPE_F32, 0, NULL, 0},
         {"N=129 fp16", 1, 2, 2, 129, 129, 128, 0, 0, VCATTN_DTYPE_F16, 0, NULL, 0},
         {"Nq=1000 Nk=4097 rope", 1, 2, 2, 1000, 4097, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL, 0},
+        {"N=1000 GQA half-split rope", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, ROPE_HALVES, NULL, 0},
+        {"N=333 D=64 fp16 half-split rope", 2, 2, 2, 333, 333, 64, 1, 0, VCATTN_DTYPE_F16, ROPE_HALVES, NULL, 0},
         {"B=2 GQA 8/2 NHD", 2, 8, 2, 700, 900, 128, 1, 0, VCATTN_DTYPE_BF16, 1, NULL, 0},
         {"strided rows", 1, 3, 3, 640, 333, 128, 0, 8, VCATTN_DTYPE_BF16, 0, NULL, 0},
         {"D=64 B=2 NHD", 2, 4, 4, 1000, 1000, 64, 1, 0, VCATTN_DTYPE_BF16, 1, NULL, 0},
