@@ -112,6 +112,14 @@ def print_burst(fn, calls, shown=8):
           f"({100 * idle / span if span else 0:.2f}%) in {len(gaps)} gaps")
     for gap, name in gaps[:shown]:
         print(f"burst: gap {gap:8.1f} µs before {name[:80]}")
+    # the idle time by the operation it precedes, summed over the burst: which
+    # step of a call the GPU waits for (a copy on the stream, a launch)
+    by_op = {}
+    for gap, name in gaps:
+        by_op[name] = by_op.get(name, 0.0) + gap
+    for name, total in sorted(by_op.items(), key=lambda x: -x[1])[:shown]:
+        print(f"burst: {total:8.1f} µs idle in all ({100 * total / span if span else 0:.2f}% of the span) "
+              f"before {name[:80]}")
 
 
 def host_us(fn, reps=50):
