@@ -2,8 +2,8 @@
 # The GPU benchmarks' own code on the CPU, on tiny models, so a run of record
 # on the device does not find them broken: bench_transformer.py and
 # bench_compile.py with --tiny --device cpu, bench_real_layers.py on the
-# captured layers of tests/data on the CPU, and the A/B's interval. Skips (77) without torch and
-# diffusers. Usage: sh tests/bench_smoke.sh SOURCE_DIR PYTHON
+# captured layers of tests/data on the CPU, and the A/B's interval. Skips
+# (77) without torch and diffusers. Usage: sh tests/bench_smoke.sh SOURCE_DIR PYTHON
 src=${1:?usage: sh tests/bench_smoke.sh SOURCE_DIR PYTHON}
 py=${2:-python3}
 if ! "$py" -c "import torch, diffusers" >/dev/null 2>&1; then

@@ -27,7 +27,7 @@
 #define GUARD_WORD 0x5aa5f00du
 
 enum { V_SINKS = 1, V_FLAT = 2, V_ATTENDED = 3 };  /* shape_t.v_case */
-enum { ROPE_PAIRS = 1, ROPE_HALVES = 2 };  /* shape_t.rope: the tables as interleaved pairs or as halves */
+enum { ROPE_HALVES = 2 };  /* shape_t.rope: RoPE on pairs (i, i + D/2) instead of interleaved ones */
 
 typedef struct {
     const char *name;
@@ -35,7 +35,7 @@ typedef struct {
     int nhd;            /* [B,N,H,D] layout */
     int pad;            /* extra elements per row: a strided (non-contiguous) view */
     vcattn_dtype dtype; /* inputs and output */
-    int rope;           /* 0: none; ROPE_PAIRS: interleaved pairs; ROPE_HALVES: pairs (i, i + D/2) */
+    int rope;           /* 0: none; 1: interleaved pairs (2i, 2i + 1); ROPE_HALVES: pairs (i, i + D/2) */
     const char *method;
     int v_case;         /* 0: clusters; V_SINKS: every 300th value token near zero
                          * (the sink guard); V_FLAT: odd heads plain noise, whose

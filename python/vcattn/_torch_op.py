@@ -56,6 +56,11 @@ def no_lse(q):
     return q.new_empty((0,), dtype=torch.float32)
 
 
+def op_outputs(q, out, lse):
+    """An op's (out, lse) from run's: lse empty where none was asked for."""
+    return out, lse if lse is not None else no_lse(q)
+
+
 def fake_outputs(q, layout, want_lse=True):
     """The (out, lse) a call returns, as empty tensors of the right shapes (fake implementations)."""
     b, hq, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "HND" else (q.shape[0], q.shape[2], q.shape[1])
@@ -70,9 +75,8 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
                  rope_style: int, want_lse: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     handle = _core.layer_of(*(int(x) for x in layer.tolist())) if layer is not None else None
     rope = (rope_cos, rope_sin, rope_cos, rope_sin, rope_style) if rope_cos is not None else None
-    out, lse = run(q, k, v, layout, sm_scale, method, _core.decode_switches(switches), handle, check_finite, rope,
-                   want_lse)
-    return out, lse if lse is not None else no_lse(q)
+    return op_outputs(q, *run(q, k, v, layout, sm_scale, method, _core.decode_switches(switches), handle,
+                              check_finite, rope, want_lse))
 
 
 @attention_op.register_fake

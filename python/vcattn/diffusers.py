@@ -354,7 +354,9 @@ def schedule_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal
 def _masked(call, q, k, v, key_mask, scale, cos, sin):
     """Run time: call(q, k, v, rope) under a key-padding mask: the kept keys
     of each sample (exact), or SDPA where the mask's values are not keep/hide
-    or a row would keep no key. cos, sin: RoPE tables or None."""
+    or a row would keep no key. cos, sin: RoPE tables or None. Returns
+    call's (out, lse); under a mask the lse is None (a call that asks for
+    one never brings a mask here: it is routed to SDPA first)."""
     rope = None
     if cos is not None:
         stats["vcattn:rope"] += 1  # calls that brought q and k unrotated, with their tables
@@ -371,7 +373,6 @@ def _masked(call, q, k, v, key_mask, scale, cos, sin):
         out = torch_sdpa(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=key_mask[:, None, None, :],
             scale=scale, enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2).contiguous()
-        # no LSE here: a call that asks for one never brings a mask to the op (it is routed to SDPA first)
         return out, None
     if bool(keep.all()):
         return call(q, k, v, rope)
@@ -379,22 +380,15 @@ def _masked(call, q, k, v, key_mask, scale, cos, sin):
     for i in range(q.shape[0]):
         kept = keep[i]
         rope_i = (cos, sin, cos[kept].contiguous(), sin[kept].contiguous(), 0) if cos is not None else None
-        outs.append(call(q[i:i + 1], k[i:i + 1, kept], v[i:i + 1, kept], rope_i))
-    out = torch.cat([o for o, _ in outs])
-    return out, (torch.cat([s for _, s in outs]) if outs[0][1] is not None else None)
-
-
-def _with_lse(q, out_lse):
-    """An op's outputs: (out, lse), lse empty where none was asked for."""
-    out, lse = out_lse
-    return out, lse if lse is not None else _torch_op.no_lse(q)
+        outs.append(call(q[i:i + 1], k[i:i + 1, kept], v[i:i + 1, kept], rope_i)[0])
+    return torch.cat(outs), None
 
 
 def _dropin(q, k, v, scale, key_mask, cos, sin, want_lse):
     def call(q, k, v, rope):
         stats["vcattn"] += 1
         return _torch_op.run(q, k, v, "NHD", scale, "vc", {}, None, False, rope, want_lse)
-    return _with_lse(q, _masked(call, q, k, v, key_mask, scale, cos, sin))
+    return _torch_op.op_outputs(q, *_masked(call, q, k, v, key_mask, scale, cos, sin))
 
 
 @torch.library.custom_op("vcattn::dit_attention", mutates_args=())
@@ -433,7 +427,7 @@ def _layer_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, clock: torch.Te
         inst, counter = forward
         counter[0] += 1
         return inst.run(counter[0] - 1, q, k, v, scale, rope, want_lse)
-    return _with_lse(q, _masked(call, q, k, v, key_mask, scale, rope_cos, rope_sin))
+    return _torch_op.op_outputs(q, *_masked(call, q, k, v, key_mask, scale, rope_cos, rope_sin))
 
 
 @_dropin_op.register_fake

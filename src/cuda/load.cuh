@@ -32,6 +32,15 @@ static __device__ __forceinline__ float warp_max(float x) {
     return x;
 }
 
+// A warp's doubles summed: each lane brings its own sum, and the lanes meet
+// 16 apart, then 8, 4, 2, 1 (vsmooth_tree_sum's tree, which the CPU mirrors
+// where the sum must agree to the bit); every lane gets the total.
+static __device__ __forceinline__ double warp_sum(double x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
 // Eight bf16 or fp16 values, as loaded in 16 bytes, widened to float.
 static __device__ __forceinline__ void widen8(int dtype, uint4 raw, float *v) {
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};

@@ -284,11 +284,10 @@ __global__ void __launch_bounds__(kThreads) principal_power_kernel(int splits, c
             w_s[threadIdx.x] = s;
         }
         __syncthreads();
-        if (threadIdx.x < 32) {  // |w|^2 by one warp: lanes over i mod 32, then a shuffle tree
+        if (threadIdx.x < 32) {  // |w|^2 by one warp: lanes over i mod 32, then warp_sum's tree
             double n2 = 0.0;
             for (int i = threadIdx.x; i < D; i += 32) n2 += w_s[i] * w_s[i];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) n2 += __shfl_xor_sync(0xffffffffu, n2, o);
+            n2 = warp_sum(n2);
             if (threadIdx.x == 0) n2_s = n2;
         }
         __syncthreads();

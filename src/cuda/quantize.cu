@@ -552,13 +552,7 @@ __device__ void probe_weights(const probe_args &p, int64_t head, int tile, int t
     if (!parity && r < count) weight[r] = vsmooth_probe_token_weight(half, odd_s[r], p.mean_weight[head]);
 }
 
-// A warp's doubles summed in vsmooth_tree_sum's order: each lane brings its
-// own in-turn sum, and the lanes meet 16 apart, then 8, 4, 2, 1.
-__device__ __forceinline__ double tree_sum(double p) {
-#pragma unroll
-    for (int o = VSMOOTH_SUM_LANES / 2; o > 0; o >>= 1) p += __shfl_xor_sync(0xffffffffu, p, o);
-    return p;
-}
+static_assert(VSMOOTH_SUM_LANES == 32, "vsmooth_tree_sum's lanes are a warp's (warp_sum)");
 
 // The tile's block mean (double, as the CPU's block_means) and the range of
 // each channel, from one read of the rows (v_scales_kernel turns them into
@@ -593,7 +587,7 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     if (weighted && warp == 0) {
         double p = 0.0;
         for (int r = lane; r < count; r += VSMOOTH_SUM_LANES) p += weight_s[r];
-        p = tree_sum(p);
+        p = warp_sum(p);
         if (lane == 0) total_s = p;
     }
     // The odd rows' sums and ranges wait in arrays free until later (energy_s,
@@ -627,7 +621,7 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     if (a.demean && warp == 0) {
         double p = 0.0;
         for (int i = lane; i < d; i += VSMOOTH_SUM_LANES) p += (double)mean_s[i] * (double)mean_s[i];
-        p = tree_sum(p);
+        p = warp_sum(p);
         if (lane == 0) mean2_s = p;
     }
     __syncthreads();
@@ -664,7 +658,7 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     if (a.demean && warp == 0) {
         double p = 0.0;
         for (int r = lane; r < count; r += VSMOOTH_SUM_LANES) p += energy_s[r];
-        p = tree_sum(p);
+        p = warp_sum(p);
         if (lane == 0) keep_s = !sink && !on_grid && vsmooth_mean_worth_removing((double)count, mean2_s, p);
     }
     __syncthreads();
