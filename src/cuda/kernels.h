@@ -1,6 +1,7 @@
-// Launchers of the CUDA backend's preprocessing kernels (quantize.cu,
-// kmeans.cu). All run on `stream`, are deterministic, and report non-finite
-// inputs by setting *error_flag (when check_finite) instead of failing.
+// Launchers of the CUDA backend's preprocessing kernels (quantize_rows.cu,
+// quantize_values.cu, probe.cu, kmeans.cu, principal.cu, order_choice.cu).
+// All run on `stream`, are deterministic, and report non-finite inputs by
+// setting *error_flag (when check_finite) instead of failing.
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>

@@ -1,10 +1,10 @@
 // V-Smooth's attention probe (src/vsmooth/vsmooth.h states the arithmetic):
 // S sampled query rows scored against every key with the call's INT8 codes,
 // their ExpCast probabilities kept as code bytes, then per-row sums; the
-// weights themselves are formed in v_stats_kernel (quantize.cu), tile by
+// weights themselves are formed in v_stats_kernel (quantize_values.cu), tile by
 // tile, from what these two kernels leave. Same sums in the same order as
 // the CPU's probe_and_quantize_values: the weights agree to the bit. Compiled
-// with -fmad=false, as quantize.cu.
+// with -fmad=false, as the quantizers.
 #include "kernels.h"
 #include "launch_facts.h"
 #include "load.cuh"
