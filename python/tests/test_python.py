@@ -134,6 +134,11 @@ raises(ValueError, lambda: vcattn.attention(q, k, v, method="fp16"), "unknown me
 raises(ValueError, lambda: vcattn.attention(q, k, v, sm_scale=-1.0), "sm_scale", "sm_scale")
 raises(ValueError, lambda: vcattn.attention(q.astype(np.float64), k, v), "dtype", "float64")
 raises(ValueError, lambda: vcattn.attention(q[0], k, v), "4-D", "3-D input")
+raises(ValueError, lambda: vcattn.attention(q, k, v[0]), "v must be 4-D", "3-D v")
+raises(ValueError, lambda: vcattn.attention(q[:, :, :0], k, v), "q is empty", "a zero size")
+raises(TypeError, lambda: vcattn.attention(q.tolist(), k, v), "torch tensor or a numpy array", "a list for q")
+raises(ValueError, lambda: vcattn.attention(q, k[:, :, :10], v, tensor_layout="NHD"), "shapes disagree",
+       "shape mismatch read as [B, N, H, D]")
 raises(TypeError, lambda: vcattn.attention(q, k, v, attn_mask=np.ones((200, 300))), "attn_mask", "mask")
 raises(TypeError, lambda: vcattn.attention(q, k, v, state=object()), "LayerState", "state type")
 check(np.array_equal(vcattn.attention(q, k, v, attn_mask=None, dropout_p=0.0, enable_gqa=True),
