@@ -90,6 +90,7 @@ def main():
                 vc(q, k, v, out, cfg, layer)
             torch.cuda.synchronize()
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40))
+        print_byte_bound(prof, b, h, n, d, args.probe_rows if args.probe_rows is not None else cfg.vsmooth_probe_rows)
         if args.timeline:
             print_timeline(prof)
     if args.burst:
@@ -101,6 +102,25 @@ def main():
             host_us(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))))
     if layer:
         vc.lib.vcattn_layer_destroy(layer)
+
+
+def print_byte_bound(prof, b, h, n, d, probe_rows):
+    """Each preprocessing kernel's time against the bytes it must move (byte_bound.py) at the card's peak."""
+    from byte_bound import kernel_bytes, match, peak_tbps
+    tbps = peak_tbps(torch.cuda.get_device_name())
+    if tbps is None:
+        print("byte bound: no peak bandwidth known for %s" % torch.cuda.get_device_name())
+        return
+    table = kernel_bytes(b, h, h, n, d, probe_rows=probe_rows)
+    print(f"{'kernel':<48} {'µs':>9} {'MB':>8} {'bound µs':>9} {'share':>6}  (at {tbps} TB/s)")
+    for e in prof.key_averages():
+        found = match(e.key, table)
+        time_us = e.device_time_total / max(e.count, 1)
+        if found and time_us > 0:
+            label, nbytes = found
+            bound = nbytes / (tbps * 1e6)
+            print(f"{(label + ': ' + e.key)[:48]:<48} {time_us:9.1f} {nbytes / 1e6:8.1f} {bound:9.1f} "
+                  f"{100 * bound / time_us:5.0f}%")
 
 
 def print_burst(fn, calls, shown=8):

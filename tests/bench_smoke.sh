@@ -46,5 +46,27 @@ else
     failed=$((failed + 1))
     echo "FAIL timing.paired_ratio"
 fi
+# The byte model behind profile_call's share of the bound: at 4,608 tokens
+# (H 24, D 128, BF16, 32 probe rows) K is 28.3 MB, its pass 42.5, the probe's
+# tiles 17.7, V statistics 31.9 (perf-notes' count), and kernels by name.
+if "$py" - "$src/bench" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from byte_bound import kernel_bytes, match, peak_tbps
+t = kernel_bytes(1, 24, 24, 4608, 128)
+mb = lambda name: round(match(name, t)[1] / 1e6, 1)
+k = "void (anonymous namespace)::quantize_rows_kernel<128, true, false>((anonymous namespace)::row_args)"
+got = (mb("k_mean_partial_kernel<128>"), mb(k), mb(k.replace("true", "false", 1)), mb("probe_tile_kernel<128, 32>"),
+       mb("v_stats_kernel<true>"), mb("quantize_rows_staged_kernel<128, true, true>(row_args, probe_args)"))
+assert got == (28.3, 42.5, 42.5, 17.7, 31.9, 46.0), got
+assert match("vc_attention_kernel<128>", t) is None and peak_tbps("NVIDIA H200") == 4.8 and peak_tbps("A100") is None
+PY
+then
+    passed=$((passed + 1))
+    echo "ok   byte_bound"
+else
+    failed=$((failed + 1))
+    echo "FAIL byte_bound"
+fi
 echo "bench_smoke: $passed passed, $failed failed"
 [ $failed = 0 ]
