@@ -29,9 +29,8 @@ def kernel_bytes(batch, heads_q, heads_kv, tokens, head_dim, in_bytes=2, probe_r
     probe = batch * heads_kv * probe_rows * tokens  # the probe's code bytes, one per (row, key)
     return [
         (r"k_mean_partial_kernel", "K mean", kv * in_bytes),
-        (r"quantize_rows_staged_kernel<\d+, true, true>", "K rows + probe tiles", kv * in_bytes + kv + probe),
-        (r"quantize_rows(_staged)?_kernel<\d+, true", "K rows", kv * in_bytes + kv),
-        (r"quantize_rows(_staged)?_kernel<\d+, false", "Q rows", q * in_bytes + q),
+        (r"quantize_rows_kernel<\d+, true", "K rows", kv * in_bytes + kv),
+        (r"quantize_rows_kernel<\d+, false", "Q rows", q * in_bytes + q),
         (r"probe_tile_kernel", "probe tiles", kv + probe),
         (r"v_stats_kernel", "V statistics", kv * in_bytes + probe),
         (r"v_encode_kernel", "V codes", kv * in_bytes + kv),

@@ -111,7 +111,7 @@ def print_byte_bound(prof, b, h, n, d, probe_rows):
     if tbps is None:
         print("byte bound: no peak bandwidth known for %s" % torch.cuda.get_device_name())
         return
-    table = kernel_bytes(b, h, h, n, d, probe_rows=probe_rows)
+    table = kernel_bytes(b, h, h, n, d, probe_rows=probe_rows)  # the bench shapes: as many key heads as query heads
     print(f"{'kernel':<48} {'µs':>9} {'MB':>8} {'bound µs':>9} {'share':>6}  (at {tbps} TB/s)")
     for e in prof.key_averages():
         found = match(e.key, table)
