@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A change on the GPU in one run: builds a base tree and a changed tree side
-# by side, checks the changed one (test_cuda, compute-sanitizer memcheck and
-# racecheck over the GQA and probe cases, test_extreme, test_concurrency),
+# by side, checks the changed one (test_cuda, compute-sanitizer memcheck,
+# racecheck and synccheck over the GQA and probe cases, test_extreme,
+# test_concurrency),
 # then times it against the base in one process (bench/ab_builds.py: plain
 # step and drop-in call, round by round, outputs compared bit for bit), each
 # build's kernels in one LongCat step, and a burst of public calls. Logs go
@@ -45,7 +46,7 @@ main() {
     python3 "$changed/bench/profile_call.py" --shape flux-4608 --lib "$C/libvcattn.so" --drop-in --check-finite \
         --burst 20 2>&1 | grep -v Warn | tail -12
     for k in GQA probe; do
-        for tool in memcheck racecheck; do
+        for tool in memcheck racecheck synccheck; do
             echo "== compute-sanitizer $tool -k $k"
             VCATTN_TEST_QUICK=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$C/test_cuda" -k "$k" 2>&1 |
                 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed" | tail -2
