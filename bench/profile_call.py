@@ -2,10 +2,16 @@
 (ncu, compute-sanitizer): the first call groups, the others are plain steps
 (with --drop-in: every call is a call without a layer state).
 
-    ncu --clock-control none -k regex:vc_attention_v1 --launch-skip 2 --launch-count 1 \\
+    ncu --clock-control none --nvtx --nvtx-include "last call/" -k regex:vc_attention \\
         --set full -o prof python3 bench/profile_call.py --shape seq-32k
+
+The last of the --calls calls runs inside an NVTX range named "last call"
+(a plain step, or a drop-in call with --drop-in), so a profiler can take
+that call's kernels alone, however many the grouping call launched
+(tools/ncu_chain.sh).
 """
 import argparse
+import contextlib
 import os
 import sys
 
@@ -80,7 +86,8 @@ def main():
     for call in range(args.calls):
         if layer:
             vc.lib.vcattn_layer_set_step(layer, min(call, 1))
-        vc(q, k, v, out, cfg, layer)
+        with torch.cuda.nvtx.range("last call") if call == args.calls - 1 else contextlib.nullcontext():
+            vc(q, k, v, out, cfg, layer)
     torch.cuda.synchronize()
     if args.kernels:
         from torch.profiler import ProfilerActivity, profile
