@@ -2,11 +2,11 @@
 # A change on the GPU in one run: builds a base tree and a changed tree side
 # by side, checks the changed one (test_cuda, compute-sanitizer memcheck,
 # racecheck and synccheck over the GQA and probe cases, test_extreme,
-# test_concurrency),
-# then times it against the base in one process (bench/ab_builds.py: plain
-# step and drop-in call, round by round, outputs compared bit for bit), each
-# build's kernels in one LongCat step, and a burst of public calls. Logs go
-# to OUT_DIR (ab.log streams as it runs: what ran before a time limit stays).
+# test_concurrency), then times it against the base in one process
+# (bench/ab_builds.py: plain step and drop-in call, round by round, outputs
+# compared bit for bit), each build's kernels in one LongCat step, and a
+# burst of public calls. Logs go to OUT_DIR (ab.log streams as it runs:
+# what ran before a time limit stays).
 #   bash tools/gpu_ab.sh BASE_TREE CHANGED_TREE [OUT_DIR]
 # Trees are source folders, e.g. from `git archive main | tar -x -C /tmp/base`.
 set -uo pipefail
