@@ -23,8 +23,9 @@ struct vcattn_context {
     void *cuda_stream;   /* cudaStream_t of a CUDA context */
     void *cuda_pool;     /* cudaMemPool_t of the workspaces (CUDA backend), or NULL */
     int cuda_pool_device;
-    int *cuda_flag_host;     /* pinned word the finite check's flag is copied to, or NULL */
-    void *cuda_flag_ready;   /* cudaEvent_t recorded after that copy */
+    int *cuda_flag_host;     /* pinned word the finite check's flag is published to, or NULL */
+    int *cuda_flag_device;   /* that word mapped for the device (the score bound's kernel writes it), or NULL: copied */
+    void *cuda_flag_ready;   /* cudaEvent_t recorded after the word is written */
     void *cuda_side_stream;  /* cudaStream_t on which V's quantizers run beside Q's and K's, or NULL */
     void *cuda_fork, *cuda_join;  /* cudaEvent_t: the side stream's start and end within a call */
     vcattn_progress_fn progress;  /* CPU backend: rows done, see vcattn_set_progress */

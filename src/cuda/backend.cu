@@ -226,18 +226,25 @@ cudaMemPool_t context_pool(vcattn_context *ctx, int device) {
 // The pinned word and event through which the finite check's flag reaches
 // the host, made once per context and device (the event belongs to the
 // device current at its creation; context_pool, called first, released
-// those of another device). 0 if they cannot be made.
+// those of another device). The word is mapped, so the score bound's kernel
+// writes it (a copy into it cost two ~9 us gaps a call); where mapping
+// fails it is copied into. 0 if they cannot be made.
 int context_flag(vcattn_context *ctx) {
     if (ctx->cuda_flag_host) return 1;
-    void *word = nullptr;
+    void *word = nullptr, *mapped = nullptr;
     cudaEvent_t ready = nullptr;
-    if (cudaHostAlloc(&word, sizeof(int), cudaHostAllocPortable) != cudaSuccess ||
+    if (cudaHostAlloc(&word, sizeof(int), cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess ||
         cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess) {
         cudaGetLastError();
         if (word) cudaFreeHost(word);
         return 0;
     }
+    if (cudaHostGetDevicePointer(&mapped, word, 0) != cudaSuccess) {
+        cudaGetLastError();
+        mapped = nullptr;
+    }
     ctx->cuda_flag_host = (int *)word;
+    ctx->cuda_flag_device = (int *)mapped;
     ctx->cuda_flag_ready = ready;
     return 1;
 }
@@ -570,19 +577,22 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     if (beside.stream == cs.stream && (err = values(S ? &probe : nullptr, cs.stream)))
         return cs.cuda_fail(err, "quantization");
     if ((err = queries.join()) || (err = beside.join())) return cs.cuda_fail(err, "side stream");
-    if (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * VCATTN_LOG2E, cfg->hadamard, kv_rows, cs.stream)))
+    if (cfg->check_finite && (err = check_score_bound(max_norm, sm_scale * VCATTN_LOG2E, cfg->hadamard, kv_rows,
+                                                      cs.ctx->cuda_flag_device, cs.stream)))
         return cs.cuda_fail(err, "quantization");
     return VCATTN_OK;
 }
 
-// Queues the copy of the quantizers' flag into the context's pinned word and
-// the event after it, so the status can wait for the preprocessing alone
-// while the attention kernel, queued next, runs (it skips its writes itself
-// when the flag is set).
+// Queues the event after the quantizers' flag reaches the context's pinned
+// word (written by the score bound's kernel where the word is mapped, else
+// copied here), so the status can wait for the preprocessing alone while
+// the attention kernel, queued next, runs (it skips its writes itself when
+// the flag is set).
 vcattn_status publish_flag(call_state &cs, const vcattn_config *cfg, const operands &op) {
     if (!cfg->check_finite || !cs.ctx->cuda_flag_host) return VCATTN_OK;
-    cudaError_t err;
-    if ((err = cudaMemcpyAsync(cs.ctx->cuda_flag_host, op.flag, sizeof(int), cudaMemcpyDeviceToHost, cs.stream)) ||
+    cudaError_t err = cudaSuccess;
+    if ((!cs.ctx->cuda_flag_device &&
+         (err = cudaMemcpyAsync(cs.ctx->cuda_flag_host, op.flag, sizeof(int), cudaMemcpyDeviceToHost, cs.stream))) ||
         (err = cudaEventRecord((cudaEvent_t)cs.ctx->cuda_flag_ready, cs.stream)))
         return cs.cuda_fail(err, "non-finite check");
     return VCATTN_OK;
@@ -917,7 +927,7 @@ extern "C" void cuda_release_context(vcattn_context *ctx) {
         cudaEventDestroy((cudaEvent_t)ctx->cuda_join);
     }
     ctx->cuda_pool = nullptr;
-    ctx->cuda_flag_host = nullptr;
+    ctx->cuda_flag_host = ctx->cuda_flag_device = nullptr;
     ctx->cuda_flag_ready = nullptr;
     ctx->cuda_side_stream = ctx->cuda_fork = ctx->cuda_join = nullptr;
 }

@@ -66,8 +66,9 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
 // The check's bound on the scores from max_norm[0] (q) and [1] (k): flag bit 2
 // when they could pass VCATTN_MAX_SCORE_LOG2 (score_mul = sm_scale log2 e),
 // bit 4 when, with the Hadamard on, a row's rotation could overflow float32.
+// Then the flag is written to publish (a mapped host word), unless NULL.
 cudaError_t check_score_bound(const float *max_norm, float score_mul, int hadamard, const quant_common &c,
-                              cudaStream_t stream);
+                              int *publish, cudaStream_t stream);
 
 // The attention probe's query rows alone: row s of key head (b, h) is row
 // vsmooth_probe_row(s, N) of query head h * group + s % group, quantized as

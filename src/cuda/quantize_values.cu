@@ -60,10 +60,13 @@ __device__ void probe_fetch(const probe_args &p, int64_t head, int tile, int til
 // The weights of tile `tile`'s tokens in its centre from the probe's codes
 // and factors (vsmooth.h), the first batch fetched by the caller: two threads
 // per token, one for the even rows and one for the odd, each summing in s
-// order, as the CPU. Every thread of the block calls it (it synchronizes);
-// 256 threads.
+// order, as the CPU. square: the 128 E4M3 magnitudes' squares in double,
+// written by the caller before this call's first barrier (a table read
+// instead of a decode and a conversion to double a code, which runs at a
+// quarter of the FP64 rate; the same doubles). Every thread of the block
+// calls it (it synchronizes); 256 threads.
 __device__ void probe_weights(const probe_args &p, int64_t head, int tile, int tiles, int count, probe_batch &s,
-                              double *weight) {
+                              const double *square, double *weight) {
     __shared__ double odd_s[VC_KV_ROWS];
     const int r = threadIdx.x & (VC_KV_ROWS - 1), parity = threadIdx.x >> 7;
     double half = 0.0;
@@ -77,8 +80,7 @@ __device__ void probe_weights(const probe_args &p, int64_t head, int tile, int t
         const int here = min(kProbeBatch, p.rows - base);
         if (r < count)  // base is even: row base + i has the parity of i
             for (int i = parity; i < here; i += 2) {
-                const double e = vcattn_e4m3_decode(s.codes[i * VC_KV_ROWS + r]);
-                half += e * e * s.factor[i];
+                half += square[s.codes[i * VC_KV_ROWS + r] & 0x7f] * s.factor[i];
             }
     }
     if (parity) odd_s[r] = half;
@@ -86,6 +88,7 @@ __device__ void probe_weights(const probe_args &p, int64_t head, int tile, int t
     if (!parity && r < count) weight[r] = vsmooth_probe_token_weight(half, odd_s[r], p.mean_weight[head]);
 }
 
+static_assert(VC_KV_ROWS >= 128, "energy_s holds the 128 codes' squares first");
 static_assert(VSMOOTH_SUM_LANES == 32, "vsmooth_tree_sum's lanes are a warp's (warp_sum)");
 
 // The tile's block mean (double, as the CPU's block_means) and the range of
@@ -110,13 +113,19 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const bool weighted = a.demean && a.probe.rows > 0;
     __shared__ probe_batch batch_s;
-    if (weighted) probe_fetch(a.probe, head, tile, gridDim.x, 0, batch_s);
+    if (weighted) {
+        probe_fetch(a.probe, head, tile, gridDim.x, 0, batch_s);
+        if (threadIdx.x < 128) {  // the codes' squares, in energy_s until the row energies
+            const double e = vcattn_e4m3_decode((uint8_t)threadIdx.x);
+            energy_s[threadIdx.x] = e * e;
+        }
+    }
     smem_tile<kHalf> rows(tile_smem, d, a.v.dtype);
     // four chunks a thread in flight (one at a time, this pass waited on each
     // load); the codes' pass, whose reads mostly hit L2, was slower that way
     // (more registers, fewer blocks) and keeps one
     rows.template load<4>(a.v, a.c, b, h, a.perm, n0, count);
-    if (weighted) probe_weights(a.probe, head, tile, gridDim.x, count, batch_s, weight_s);
+    if (weighted) probe_weights(a.probe, head, tile, gridDim.x, count, batch_s, energy_s, weight_s);
     __syncthreads();
     if (weighted && warp == 0) {
         double p = 0.0;
