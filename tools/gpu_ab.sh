@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# A change on the GPU in one run: builds a base tree and a changed tree side
-# by side, checks the changed one (test_cuda, compute-sanitizer memcheck,
-# racecheck and synccheck over the GQA and probe cases, test_extreme,
-# test_concurrency), then times it against the base in one process
-# (bench/ab_builds.py: plain step and drop-in call, round by round, outputs
-# compared bit for bit), each build's kernels in one LongCat step, and a
-# burst of public calls. Logs go to OUT_DIR (ab.log streams as it runs:
-# what ran before a time limit stays).
-#   bash tools/gpu_ab.sh BASE_TREE CHANGED_TREE [OUT_DIR]
-# Trees are source folders, e.g. from `git archive main | tar -x -C /tmp/base`.
+# Changes on the GPU in one run: builds a base tree and one or more changed
+# trees side by side, checks the last (test_cuda, compute-sanitizer
+# memcheck, racecheck and synccheck over the GQA and probe cases,
+# test_extreme, test_concurrency), then times each tree against the one
+# before it in one process (bench/ab_builds.py: plain step and drop-in call,
+# round by round, outputs compared bit for bit), each build's kernels in one
+# LongCat step, and a burst of public calls at 4,608 tokens. Several changed
+# trees (a change in steps) cost one machine start instead of one each.
+# Logs go to OUT_DIR (ab.log streams as it runs: what ran before a time
+# limit stays).
+#   bash tools/gpu_ab.sh BASE_TREE CHANGED_TREE [MORE_CHANGED_TREES...] [OUT_DIR]
+# Trees are source folders, e.g. from `git archive main | tar -x -C /tmp/base`;
+# a last argument that is not one (no CMakeLists.txt) names OUT_DIR.
 set -uo pipefail
-base=$(cd "$1" && pwd) changed=$(cd "$2" && pwd)
-out=${3:-gpu-ab}
+trees=()
+out=gpu-ab
+for arg in "$@"; do
+    if [ -f "$arg/CMakeLists.txt" ]; then trees+=("$(cd "$arg" && pwd)"); else out=$arg; fi
+done
+[ ${#trees[@]} -ge 2 ] || { echo "usage: gpu_ab.sh BASE_TREE CHANGED_TREE [MORE_CHANGED_TREES...] [OUT_DIR]"; exit 2; }
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 shapes=${AB_SHAPES:-flux-4608,seq-8k,longcat-480p,wan2.2-720p}
 reps=${AB_REPS:-21}
-jobs=$(( $(nproc) / 2 ))
+jobs=$(( $(nproc) / ${#trees[@]} )); [ "$jobs" -ge 1 ] || jobs=1
+last=${trees[-1]}
 
 build() {  # tree targets...
     local tree=$1; shift
@@ -25,26 +33,32 @@ build() {  # tree targets...
 
 main() {
     nvidia-smi -L; date -u
-    local t0=$SECONDS B="$base/build" C="$changed/build"
-    build "$base" vcattn >"$out/build-base.log" 2>&1 & local pb=$!
-    build "$changed" vcattn test_cuda test_extreme test_concurrency >"$out/build-changed.log" 2>&1
-    local rc=$?
-    wait $pb || { echo "base build failed (build-base.log)"; return 1; }
-    [ $rc -eq 0 ] || { echo "changed build failed (build-changed.log)"; return 1; }
+    local t0=$SECONDS C="$last/build" pids=() i
+    for i in "${!trees[@]}"; do
+        local targets=vcattn
+        [ "${trees[$i]}" = "$last" ] && targets="vcattn test_cuda test_extreme test_concurrency"
+        build "${trees[$i]}" $targets >"$out/build-$i.log" 2>&1 & pids+=($!)
+    done
+    for i in "${!pids[@]}"; do wait "${pids[$i]}" || { echo "build of ${trees[$i]} failed (build-$i.log)"; return 1; }; done
     echo "== built in $((SECONDS - t0)) s"
     echo "== test_cuda (quick)"
     VCATTN_TEST_QUICK=1 "$C/test_cuda" >"$out/test_cuda.log" 2>&1; echo "rc=$?"; tail -1 "$out/test_cuda.log"
     echo "== test_cuda -k probe"; "$C/test_cuda" -k probe 2>&1 | tail -1
-    echo "== A/B (B: the changed tree; checks on)"
-    python3 "$changed/bench/ab_builds.py" "$B/libvcattn.so" "$C/libvcattn.so" --shapes "$shapes" --reps "$reps" 2>&1 |
-        grep -v Warn
-    for b in "$B" "$C"; do
-        echo "== kernels of a LongCat plain step: $b"
-        python3 "$changed/bench/profile_call.py" --shape longcat-480p --lib "$b/libvcattn.so" --kernels 2>&1 | grep -v Warn
+    for ((i = 1; i < ${#trees[@]}; i++)); do
+        echo "== A/B (A: ${trees[$i - 1]}, B: ${trees[$i]}; checks on)"
+        python3 "$last/bench/ab_builds.py" "${trees[$i - 1]}/build/libvcattn.so" "${trees[$i]}/build/libvcattn.so" \
+            --shapes "$shapes" --reps "$reps" 2>&1 | grep -v Warn
     done
-    echo "== burst of 20 public calls at 4,608 tokens: changed"
-    python3 "$changed/bench/profile_call.py" --shape flux-4608 --lib "$C/libvcattn.so" --drop-in --check-finite \
-        --burst 20 2>&1 | grep -v Warn | tail -12
+    for tree in "${trees[@]}"; do
+        echo "== kernels of a LongCat plain step: $tree"
+        python3 "$last/bench/profile_call.py" --shape longcat-480p --lib "$tree/build/libvcattn.so" --kernels 2>&1 |
+            grep -v Warn
+    done
+    for tree in "${trees[@]}"; do
+        echo "== burst of 20 public calls at 4,608 tokens: $tree"
+        python3 "$last/bench/profile_call.py" --shape flux-4608 --lib "$tree/build/libvcattn.so" --drop-in \
+            --check-finite --burst 20 2>&1 | grep -v Warn | grep "^burst" | grep -v "gap "
+    done
     for k in GQA probe; do
         for tool in memcheck racecheck synccheck; do
             echo "== compute-sanitizer $tool -k $k"
