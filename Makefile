@@ -25,7 +25,7 @@ build: $(BUILD)/CMakeCache.txt
 
 # The main job: every method on the small built-in workload, best backend.
 run: build
-	./$(BUILD)/vcattn eval --workload $(WORKLOAD) --backend auto
+	$(BUILD)/vcattn eval --workload $(WORKLOAD) --backend auto
 
 # The Python tests run with the python3 on PATH now (an activated virtual
 # environment), not the one the build folder was first configured with.
