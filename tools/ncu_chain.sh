@@ -2,9 +2,9 @@
 # What each preprocessing kernel of a call waits on: Nsight Compute over one
 # plain step at a benchmark shape (bench/profile_call.py: the first call
 # groups, the later ones are plain steps), one group of kernels at a time:
-# speed of light, pipe utilization (the FP64 pipe and the conversions
-# among them), warp stall reasons, occupancy, memory traffic, instruction
-# mix. The report streams to OUT_DIR/ncu.log, so a time limit keeps what ran.
+# speed of light, issue slots and the busiest pipe, warp stall reasons,
+# occupancy, memory traffic, instruction counts. The report streams to
+# OUT_DIR/ncu.log, so a time limit keeps what ran.
 #   bash tools/ncu_chain.sh [LIB] [SHAPE] [OUT_DIR]
 # LIB defaults to build/libvcattn.so, SHAPE to longcat-480p (bench/bench_attention.py's names);
 # NCU_KERNELS overrides the groups: regular expressions separated by spaces.
