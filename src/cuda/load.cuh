@@ -26,6 +26,12 @@ static __device__ __forceinline__ float checked(float x, const quant_common &c) 
     return x;
 }
 
+// The finite check of many values as one FMA each on the float pipe: x * 0
+// is NaN exactly when x is NaN or Inf, and NaN stays NaN through the sum, so
+// a fold of a row's values is checked once (a compare and a branch a value
+// kept the row passes on the integer pipe).
+static __device__ __forceinline__ float finite_fold(float fold, float x) { return fmaf(x, 0.0f, fold); }
+
 static __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -100,6 +106,15 @@ struct smem_tile {
         if constexpr (kHalf) return widen1(dtype, x[r * ld + ch]);
         else return x[r * ld + ch];
     }
+    // Channels ch and ch + 1 of row r (ch even) in one read.
+    __device__ float2 get2(int r, int ch) const {
+        if constexpr (kHalf) {
+            const uint32_t w = *reinterpret_cast<const uint32_t *>(x + r * ld + ch);
+            return make_float2(widen1(dtype, (uint16_t)w), widen1(dtype, (uint16_t)(w >> 16)));
+        } else {
+            return *reinterpret_cast<const float2 *>(x + r * ld + ch);
+        }
+    }
     // Channels [ch, ch + 4) of row r; ch a multiple of 4.
     __device__ float4 get4(int r, int ch) const {
         if constexpr (kHalf) {
@@ -143,9 +158,10 @@ struct smem_tile {
                     const int i = i0 + j * blockDim.x;
                     if (i >= total) break;
                     if (c.check_finite) {
-                        float v[8];
+                        float v[8], fold = 0.0f;
                         widen8(t.dtype, raw[j], v);
-                        for (int e = 0; e < 8; e++) checked(v[e], c);
+                        for (int e = 0; e < 8; e++) fold = finite_fold(fold, v[e]);
+                        checked(fold, c);
                     }
                     uint2 *dst = reinterpret_cast<uint2 *>(x + (i >> shift) * ld + (i & (d / 8 - 1)) * 8);
                     dst[0] = make_uint2(raw[j].x, raw[j].y);
@@ -160,8 +176,11 @@ struct smem_tile {
                 const int r = i >> shift, col = (i & (d / 8 - 1)) * 8, n = n0 + r;
                 float v[8];
                 load8(t, base + (int64_t)(perm ? perm[head * c.tokens + n] : n) * t.sn + col, v);
-                if (c.check_finite)
-                    for (int e = 0; e < 8; e++) checked(v[e], c);
+                if (c.check_finite) {
+                    float fold = 0.0f;
+                    for (int e = 0; e < 8; e++) fold = finite_fold(fold, v[e]);
+                    checked(fold, c);
+                }
                 float4 *dst = reinterpret_cast<float4 *>(x + r * ld + col);
                 dst[0] = make_float4(v[0], v[1], v[2], v[3]);
                 dst[1] = make_float4(v[4], v[5], v[6], v[7]);

@@ -99,33 +99,35 @@ __device__ __forceinline__ void load_rows(const dev_tensor &t, const int64_t (&a
 }
 
 // RoPE of the lane's elements of row x at position src, as the CPU: for a
-// pair (xa, xb), xa co - xb si and xa si + xb co. CHECK: report non-finite
-// table entries (the K mean skips it: quantize_k reads the same entries).
-// A row spans LANES lanes (a segment of the warp: 32, or kRowLanes in the
-// row quantizers); the lane's elements are [E sl, E sl + E), sl its place in
-// the segment.
+// pair (xa, xb), xa co - xb si and xa si + xb co. CHECK: fold the table
+// entries into fold (finite_fold; the K mean skips it: quantize_k reads the
+// same entries). A row spans LANES lanes (a segment of the warp: 32, or
+// kRowLanes in the row quantizers); the lane's elements are [E sl, E sl + E),
+// sl its place in the segment.
 template <int D, bool CHECK, int LANES = 32>
-__device__ __forceinline__ void rope_row(const dev_rope &rope, const quant_common &c, int src, float *x) {
+__device__ __forceinline__ void rope_row(const dev_rope &rope, int src, float *x, float &fold) {
     constexpr int E = D / LANES;
     if (!rope.cos_tab) return;
     const int sl = threadIdx.x % LANES;
     if (rope.half_split) {  // pairs (i, i + D/2): lanes sl and sl ^ LANES/2 hold the two halves
-        const bool first = sl < LANES / 2;
+        // Both halves as x co + other (+-si): the first half's xa co - xb si
+        // with si negated, the second's xa si + xb co with its terms swapped
+        // (the same roundings: no selects on the integer pipe).
+        const float sign = sl < LANES / 2 ? -1.0f : 1.0f;
         const int64_t at = (int64_t)src * (D / 2) + (sl % (LANES / 2)) * E;
 #pragma unroll
         for (int k = 0; k < E; k++) {
-            float co = rope.cos_tab[at + k], si = rope.sin_tab[at + k];
-            if (CHECK) co = checked(co, c), si = checked(si, c);
+            const float co = rope.cos_tab[at + k], si = rope.sin_tab[at + k];
+            if (CHECK) fold = finite_fold(finite_fold(fold, co), si);
             const float other = __shfl_xor_sync(0xffffffffu, x[k], LANES / 2);
-            const float xa = first ? x[k] : other, xb = first ? other : x[k];
-            x[k] = first ? xa * co - xb * si : xa * si + xb * co;
+            x[k] = x[k] * co + other * (si * sign);
         }
     } else {  // interleaved pairs (2i, 2i + 1) inside the lane
         const int64_t at = (int64_t)src * (D / 2) + sl * (E / 2);
 #pragma unroll
         for (int k = 0; k < E; k += 2) {
-            float co = rope.cos_tab[at + k / 2], si = rope.sin_tab[at + k / 2];
-            if (CHECK) co = checked(co, c), si = checked(si, c);
+            const float co = rope.cos_tab[at + k / 2], si = rope.sin_tab[at + k / 2];
+            if (CHECK) fold = finite_fold(finite_fold(fold, co), si);
             const float xa = x[k], xb = x[k + 1];
             x[k] = xa * co - xb * si;
             x[k + 1] = xa * si + xb * co;
@@ -157,12 +159,12 @@ __global__ void __launch_bounds__(32 * kMeanLanes) k_mean_partial_kernel(dev_ten
             valid[i] = n0 + kMeanLanes * i < n1;
             at[i] = b * k.sb + h * k.sh + (int64_t)(n0 + kMeanLanes * i) * k.sn + lane * E;
         }
-        float x[BATCH][E];
+        float x[BATCH][E], unchecked;
         load_rows<BATCH, E>(k, at, valid, x);
 #pragma unroll
         for (int i = 0; i < BATCH; i++) {
             if (valid[i]) {
-                rope_row<D, false>(rope, c, n0 + kMeanLanes * i, x[i]);
+                rope_row<D, false>(rope, n0 + kMeanLanes * i, x[i], unchecked);
 #pragma unroll
                 for (int e = 0; e < E; e++) sum[e] += x[i][e];
             }
@@ -236,15 +238,16 @@ __device__ __forceinline__ float seg_max(float x) {
 // validity: valid says whether this row's sums and terms are written).
 // row_norm: with the check, the row's norm as quantized (after smoothing,
 // before the Hadamard); 0 for a row past the end or without the check.
+// fold: the RoPE table entries read are folded in (finite_fold).
 template <int D, bool IS_KEY, bool QSMOOTH>
 __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, int n, int src, bool valid,
                                                const float *mean_s, const float *qm_s, float *x, float &norm_max,
-                                               float &row_norm) {
+                                               float &row_norm, float &fold) {
     constexpr int E = D / kRowLanes;
     const int sl = threadIdx.x % kRowLanes;
     const float *mean = mean_s + sl * E, *qm = qm_s + sl * E;
     row_norm = 0.0f;
-    rope_row<D, true, kRowLanes>(a.rope, a.c, src, x);
+    rope_row<D, true, kRowLanes>(a.rope, src, x, fold);
     if (a.kmean) {
         if constexpr (IS_KEY) {
 #pragma unroll
@@ -307,13 +310,15 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
                     x[k] = u + w;
                     x[k + span] = u - w;
                 }
+        // Across lanes: the upper lane's other - x as (-x) + other, one FMA by
+        // +-1 (exact product, one rounding: the same bits, no select).
 #pragma unroll
         for (int span = E; span < D; span *= 2) {
-            const bool upper = sl & (span / E);
+            const float sign = sl & (span / E) ? -1.0f : 1.0f;
 #pragma unroll
             for (int k = 0; k < E; k++) {
                 const float other = __shfl_xor_sync(0xffffffffu, x[k], span / E);
-                x[k] = upper ? other - x[k] : x[k] + other;
+                x[k] = fmaf(x[k], sign, other);
             }
         }
 #pragma unroll
@@ -327,18 +332,18 @@ __device__ __forceinline__ float transform_row(const row_args &a, int64_t head, 
 
 // The lane's E codes as little-endian words (4 codes a word):
 // vcattn_int8_encode, with the byte taken from the magic-number sum's bits
-// (RNE, no F2I).
+// (RNE, no F2I), four bytes gathered by three byte permutes.
 template <int E>
 __device__ __forceinline__ void int8_codes(const float *x, float inv_scale, uint32_t *words) {
+    static_assert(E % 4 == 0, "whole words of codes");
 #pragma unroll
     for (int k0 = 0; k0 < E; k0 += 4) {
-        uint32_t word = 0;
+        uint32_t bits[4];
 #pragma unroll
-        for (int k = k0; k < k0 + 4 && k < E; k++) {
-            const float v = fminf(fmaxf(x[k] * inv_scale, -127.0f), 127.0f);
-            word |= (__float_as_uint(v + 12582912.0f) & 0xffu) << (8 * (k - k0));
-        }
-        words[k0 / 4] = word;
+        for (int k = 0; k < 4; k++)
+            bits[k] = __float_as_uint(fminf(fmaxf(x[k0 + k] * inv_scale, -127.0f), 127.0f) + 12582912.0f);
+        words[k0 / 4] = __byte_perm(__byte_perm(bits[0], bits[1], 0x0040), __byte_perm(bits[2], bits[3], 0x0040),
+                                    0x5410);
     }
 }
 
@@ -389,6 +394,7 @@ __global__ void __launch_bounds__(kRowThreads, IS_KEY ? 2 : 4) quantize_rows_ker
     float x[RPL][E];
     load_rows<RPL, E>(a.x, at, valid, x);
     float norm_max = 0.0f, unseen = 0.0f;  // unseen: the largest norm of a row whose scale is 0
+    float fold = 0.0f;  // the finite check's fold of every value read (rows past the end read as 0)
 #pragma unroll
     for (int i = 0; i < RPL; i++) {
         const int r = warp * SEGS + seg + WARPS * SEGS * i, n = tile * R + r;
@@ -399,11 +405,12 @@ __global__ void __launch_bounds__(kRowThreads, IS_KEY ? 2 : 4) quantize_rows_ker
                 a.key_bias[(qh * tiles + tile) * VC_KV_ROWS + r] = 0.0f;
             }
         }
-        if (valid[i] && a.c.check_finite)
+        if (a.c.check_finite)
 #pragma unroll
-            for (int k = 0; k < E; k++) checked(x[i][k], a.c);
+            for (int k = 0; k < E; k++) fold = finite_fold(fold, x[i][k]);
         float row_norm;
-        float amax = transform_row<D, IS_KEY, QSMOOTH>(a, head, n, src[i], valid[i], mean, qm, x[i], norm_max, row_norm);
+        float amax =
+            transform_row<D, IS_KEY, QSMOOTH>(a, head, n, src[i], valid[i], mean, qm, x[i], norm_max, row_norm, fold);
         if (!valid[i]) {  // rows past the end: codes 0, no part in the scales
             amax = 0.0f;
 #pragma unroll
@@ -421,6 +428,7 @@ __global__ void __launch_bounds__(kRowThreads, IS_KEY ? 2 : 4) quantize_rows_ker
             stage_codes<E>(x[i], s.inv_scale, staged + r * LD + sl * E);
         }
     }
+    checked(fold, a.c);
     // a segment's lanes agree; the warp's segments combined: one atomic a warp
 #pragma unroll
     for (int o = kRowLanes; o < 32; o *= 2) {
@@ -478,9 +486,11 @@ __global__ void __launch_bounds__(kRowThreads) quantize_probe_rows_kernel(row_ar
     const int64_t at[1] = {b * a.x.sb + hq * a.x.sh + (int64_t)n * a.x.sn + sl * E};
     float x[1][E];
     load_rows<1, E>(a.x, at, valid, x);
-    float norm_max = 0.0f, row_norm;
+    float norm_max = 0.0f, row_norm, fold = 0.0f;
     const float *qm = QSMOOTH ? a.qmean + head * D : no_mean;
-    const float amax = transform_row<D, false, QSMOOTH>(a, head, n, n, valid[0], no_mean, qm, x[0], norm_max, row_norm);
+    const float amax =
+        transform_row<D, false, QSMOOTH>(a, head, n, n, valid[0], no_mean, qm, x[0], norm_max, row_norm, fold);
+    checked(fold, a.c);
     if (!valid[0]) return;
     const vcattn_int8_scale sc = vcattn_int8_scale_from_amax(amax);
     if (sl == 0) a.scales[kv_head * rows + s] = sc.scale;

@@ -284,11 +284,14 @@ static __device__ void write_mean_image(const v_args &a, int64_t head, int tile,
     }
 }
 
-// V^T record of one tile: codes read straight from the float tile in the
-// order of the record's bytes (token sigma-permuted within 16), ones rows,
-// then the block mean in code units. A thread writes 16 bytes: one channel,
-// the 16 key positions of a 16-group (a warp's lanes take 32 channels, so
-// the reads of one token hit distinct banks).
+// V^T record of one tile: codes read straight from the tile in the order
+// of the record's bytes (token sigma-permuted within 16), ones rows, then
+// the block mean in code units. A thread writes 32 bytes: two adjacent
+// channels (chunks 2j and 2j + 1 of the image: rows 2i, 2i + 1 of V^T),
+// the 16 key positions of a 16-group, each token's pair in one shared-memory
+// read (a lane a channel, this pass waited on its shared-memory reads);
+// a warp's lanes take 64 channels, so the reads of one token are 128
+// contiguous bytes.
 template <bool kHalf>
 __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
     extern __shared__ __align__(16) uint8_t tile_smem[];
@@ -304,26 +307,34 @@ __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
     uint8_t *rec = a.records + (head * tiles + tile) * (int64_t)vc_v_record_bytes(d);
     const uint32_t vt_rows = d + VC_ONES_ROWS;
     uint4 *chunks = reinterpret_cast<uint4 *>(rec);
-    for (uint32_t c = threadIdx.x; c < vc_vt_bytes(d) / 16; c += kRowThreads) {
-        uint32_t row, col;
-        vc_tile_coords(c * 16, vt_rows, &row, &col);
-        uint4 chunk = make_uint4(0x38383838u, 0x38383838u, 0x38383838u, 0x38383838u);  // ones rows: E4M3 1.0
+    static_assert(VC_ONES_ROWS % 2 == 0, "a pair of V^T rows is both channels or both ones rows");
+    for (uint32_t j = threadIdx.x; j < vc_vt_bytes(d) / 32; j += kRowThreads) {
+        uint32_t row, col;  // row even: chunk 2j + 1 is row + 1 at the same keys
+        vc_tile_coords(j * 32, vt_rows, &row, &col);
+        const uint4 ones = make_uint4(0x38383838u, 0x38383838u, 0x38383838u, 0x38383838u);  // E4M3 1.0
+        uint4 pair[2] = {ones, ones};
         if (row < (uint32_t)d) {
-            const float mu = mean[row], scale = inv[row], p = pre[row];
-            uint32_t w[4];
+            const float mu[2] = {mean[row], mean[row + 1]}, scale[2] = {inv[row], inv[row + 1]};
+            const float p[2] = {pre[row], pre[row + 1]};
+            uint32_t w[2][4];
 #pragma unroll
             for (int q = 0; q < 4; q++) {
-                float f[4];
+                float f[2][4];
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const uint32_t token = col + vc_sigma(4 * q + e);  // col is a multiple of 16
-                    f[e] = (int)token < count ? (rows.get(token, row) * p - mu) * scale : 0.0f;
+                    const float2 x = (int)token < count ? rows.get2(token, row) : make_float2(0.0f, 0.0f);
+                    f[0][e] = (int)token < count ? (x.x * p[0] - mu[0]) * scale[0] : 0.0f;
+                    f[1][e] = (int)token < count ? (x.y * p[1] - mu[1]) * scale[1] : 0.0f;
                 }
-                w[q] = cvt_e4m3x2(f[0], f[1]) | (cvt_e4m3x2(f[2], f[3]) << 16);
+#pragma unroll
+                for (int c = 0; c < 2; c++) w[c][q] = cvt_e4m3x2(f[c][0], f[c][1]) | (cvt_e4m3x2(f[c][2], f[c][3]) << 16);
             }
-            chunk = make_uint4(w[0], w[1], w[2], w[3]);
+            pair[0] = make_uint4(w[0][0], w[0][1], w[0][2], w[0][3]);
+            pair[1] = make_uint4(w[1][0], w[1][1], w[1][2], w[1][3]);
         }
-        chunks[c] = chunk;
+        chunks[2 * j] = pair[0];
+        chunks[2 * j + 1] = pair[1];
     }
     float *mu = reinterpret_cast<float *>(rec + vc_vt_bytes(d));
     for (int ch = threadIdx.x; ch < d; ch += kRowThreads)
