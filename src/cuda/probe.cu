@@ -38,15 +38,6 @@ __device__ __forceinline__ unsigned probe_units(uint8_t code) {
     return e ? (8u + m) << (e - 1) : m;
 }
 
-// A float as an int of the same order (negative values with the magnitude
-// bits flipped); the map is its own inverse. NaN is taken as -inf first, as
-// fmaxf leaves it out of the CPU's maximum.
-__device__ __forceinline__ int ordered_key(float f) {
-    const int i = __float_as_int(f == f ? f : -INFINITY);
-    return i >= 0 ? i : i ^ 0x7fffffff;
-}
-__device__ __forceinline__ float ordered_float(int key) { return __int_as_float(key >= 0 ? key : key ^ 0x7fffffff); }
-
 // Key tiles a block scores in turn (a run), the next tile's keys copied in
 // while the block scores the current one (its probe rows loaded once when
 // one pass takes them all): at most kMaxRun, and fewer where runs would
@@ -120,10 +111,12 @@ __global__ void __launch_bounds__(kThreads, R == 32 ? 4 : 3) probe_tile_kernel(p
     __shared__ float row_mul[R];
     __shared__ int row_head[R];
     __shared__ float kmul_buf[2][4];  // key j's scale is kmul[(j & 7) >> 1] (in registers, they spilled)
+    __shared__ unsigned units_s[128];  // probe_units of every code byte: a read, not five integer operations
     const int h = blockIdx.y, b = blockIdx.z;
     const int64_t head = (int64_t)b * a.heads_kv + h;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int first = blockIdx.x * run, last = min(tiles, first + run);
+    if (threadIdx.x < 128) units_s[threadIdx.x] = probe_units((uint8_t)threadIdx.x);  // read after a barrier
 
     fetch_keys<D>(a, head, first, tiles, key_buf + (first & 1) * smem::kKeys, kmul_buf[first & 1]);
     if (a.rows <= R) load_rows<D, R>(a, b, h, 0, rows, row_mul, row_head);  // one pass takes them all
@@ -173,7 +166,9 @@ __global__ void __launch_bounds__(kThreads, R == 32 ? 4 : 3) probe_tile_kernel(p
             // Row r's keys k0.. k0 + KEYS - 1, read 4 at a time (16-byte reads:
             // each quarter-warp's eight lanes fall in distinct banks); the score
             // as the attention kernel forms it, twice (for the maximum, then for
-            // the codes) rather than kept in registers.
+            // the codes) rather than kept in registers. The maximum by fmaxf,
+            // as the CPU's (NaN left out; a zero's sign may differ, which moves
+            // neither a code nor a shift); keys past the end score -inf, code 0.
             constexpr int kRowLanes = shape::kRowsPerWarp;  // lanes of a warp's rows; a row's threads are this far apart
             const int r = kRowLanes * warp + lane % kRowLanes, k0 = kKeysPerThread * (lane / kRowLanes), s = base + r;
             const int4 *score4 = reinterpret_cast<const int4 *>(scores + r * smem::kScoreLd + k0);
@@ -183,16 +178,16 @@ __global__ void __launch_bounds__(kThreads, R == 32 ? 4 : 3) probe_tile_kernel(p
                 const float t = bias ? fmaf((float)product, mult, bias[i]) : (float)product * mult;
                 return k0 + i < count ? t : -INFINITY;
             };
-            int mx = ordered_key(-INFINITY);
+            float mx = -INFINITY;
 #pragma unroll
             for (int g = 0; g < kKeysPerThread / 4; g++) {
                 const int4 p = score4[g];
-                mx = max(mx, max(max(ordered_key(score_of(4 * g, p.x)), ordered_key(score_of(4 * g + 1, p.y))),
-                                 max(ordered_key(score_of(4 * g + 2, p.z)), ordered_key(score_of(4 * g + 3, p.w)))));
+                mx = fmaxf(mx, fmaxf(fmaxf(score_of(4 * g, p.x), score_of(4 * g + 1, p.y)),
+                                     fmaxf(score_of(4 * g + 2, p.z), score_of(4 * g + 3, p.w))));
             }
 #pragma unroll
-            for (int o = kRowLanes; o < 32; o *= 2) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            const float ceiling = ceilf(ordered_float(mx));
+            for (int o = kRowLanes; o < 32; o *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float ceiling = ceilf(mx);
             // Probabilities in units of 2^-9 (at most 2^17): exact integer sums.
             unsigned sum = 0, word[kKeysPerThread / 4] = {};
             unsigned long long sq = 0;
@@ -200,15 +195,16 @@ __global__ void __launch_bounds__(kThreads, R == 32 ? 4 : 3) probe_tile_kernel(p
             for (int g = 0; g < kKeysPerThread / 4; g++) {
                 const int4 p = score4[g];
                 const int product[4] = {p.x, p.y, p.z, p.w};
+                unsigned code[4];
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const int i = 4 * g + e;
-                    const uint8_t code = k0 + i < count ? vsmooth_probe_code(score_of(i, product[e]), ceiling) : 0;
-                    word[g] |= (unsigned)code << (8 * e);
-                    const unsigned n = probe_units(code);
+                    code[e] = vsmooth_probe_code(score_of(4 * g + e, product[e]), ceiling);
+                    const unsigned n = units_s[code[e]];
                     sum += n;
                     sq += (unsigned long long)n * n;
                 }
+                word[g] = __byte_perm(__byte_perm(code[0], code[1], 0x0040), __byte_perm(code[2], code[3], 0x0040),
+                                      0x5410);
             }
 #pragma unroll
             for (int o = kRowLanes; o < 32; o *= 2) {
