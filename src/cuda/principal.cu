@@ -7,6 +7,7 @@
 // head at once. The CPU's vsmooth_principal_order makes the same steps in
 // double, so the permutations agree to rounding: keys within rounding of
 // each other may swap.
+#include "chain.cuh"
 #include "kernels.h"
 #include "load.cuh"
 #include "operand_layout.h"
@@ -62,6 +63,7 @@ struct row8<false> {
 template <int D, bool kRaw>
 __global__ void __launch_bounds__(kThreads) principal_mean_kernel(dev_tensor v, quant_common c, int splits,
                                                                   const principal_workspace w) {
+    chain_begin();
     constexpr int kLanes = D / 8, kRowStep = kThreads / kLanes, kInFlight = 8;
     __shared__ float part_s[kRowStep][D];
     __shared__ float amax_s[kThreads / 32];
@@ -114,6 +116,7 @@ __device__ int principal_scale_exp(float amax) {
 template <int D>
 __global__ void __launch_bounds__(D) principal_mean_final_kernel(quant_common c, int splits,
                                                                  const principal_workspace w) {
+    chain_begin();
     __shared__ double mu_s[D];
     const int64_t head = blockIdx.x;
     const int ch = threadIdx.x;
@@ -140,6 +143,7 @@ __global__ void __launch_bounds__(D) principal_mean_final_kernel(quant_common c,
 template <int D, bool kRaw>
 __global__ void __launch_bounds__(kThreads, 2) principal_gram_kernel(dev_tensor v, quant_common c, int splits,
                                                                      const principal_workspace w) {
+    chain_begin();
     using namespace nvcuda;
     using frag_a = wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::col_major>;  // Y^T
     using frag_b = wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major>;  // Y
@@ -250,6 +254,7 @@ __global__ void __launch_bounds__(kThreads, 2) principal_gram_kernel(dev_tensor 
 // over the first split's (each thread reads its entry of every split first).
 template <int D>
 __global__ void __launch_bounds__(kThreads) principal_gram_sum_kernel(int splits, const principal_workspace w) {
+    chain_begin();
     const int64_t head = blockIdx.x, e = (int64_t)blockIdx.y * kThreads + threadIdx.x;
     float *p = w.gram_partials + head * splits * D * D + e;
     double acc = 0.0;
@@ -262,6 +267,7 @@ __global__ void __launch_bounds__(kThreads) principal_gram_sum_kernel(int splits
 // (256 / D)-th row; C is symmetric, so its column sums against u give C u.
 template <int D>
 __global__ void __launch_bounds__(kThreads) principal_power_kernel(int splits, const principal_workspace w) {
+    chain_begin();
     constexpr int kGroups = kThreads / D, kPer = D * D / kThreads;
     __shared__ double u_s[D], w_s[D], part_s[kGroups][D], n2_s;
     const int64_t head = blockIdx.x;
@@ -305,6 +311,7 @@ constexpr int kKeyRows = 128;  // rows per block
 template <int D, bool kRaw, typename Key>
 __global__ void __launch_bounds__(kThreads) principal_keys_kernel(dev_tensor v, quant_common c,
                                                                   const principal_workspace w) {
+    chain_begin();
     constexpr int kLanes = D / 8, kRowStep = kThreads / kLanes, kLoads = kKeyRows / kRowStep;
     const int h = blockIdx.y, b = blockIdx.z;
     const int64_t head = (int64_t)b * c.heads + h;
@@ -338,13 +345,13 @@ void launch_passes(const dev_tensor &v, const quant_common &c, const principal_w
                    cudaStream_t stream) {
     const int heads = c.batch * c.heads;
     const dim3 split_grid(splits, c.heads, c.batch);
-    principal_mean_kernel<D, kRaw><<<split_grid, kThreads, 0, stream>>>(v, c, splits, w);
-    principal_mean_final_kernel<D><<<heads, D, 0, stream>>>(c, splits, w);
-    principal_gram_kernel<D, kRaw><<<split_grid, kThreads, 0, stream>>>(v, c, splits, w);
-    principal_gram_sum_kernel<D><<<dim3(heads, D * D / kThreads), kThreads, 0, stream>>>(splits, w);
-    principal_power_kernel<D><<<heads, kThreads, 0, stream>>>(splits, w);
+    launch_chained(principal_mean_kernel<D, kRaw>, split_grid, kThreads, 0, stream, v, c, splits, w);
+    launch_chained(principal_mean_final_kernel<D>, heads, D, 0, stream, c, splits, w);
+    launch_chained(principal_gram_kernel<D, kRaw>, split_grid, kThreads, 0, stream, v, c, splits, w);
+    launch_chained(principal_gram_sum_kernel<D>, dim3(heads, D * D / kThreads), kThreads, 0, stream, splits, w);
+    launch_chained(principal_power_kernel<D>, heads, kThreads, 0, stream, splits, w);
     const dim3 key_grid((c.tokens + kKeyRows - 1) / kKeyRows, c.heads, c.batch);
-    principal_keys_kernel<D, kRaw, Key><<<key_grid, kThreads, 0, stream>>>(v, c, w);
+    launch_chained(principal_keys_kernel<D, kRaw, Key>, key_grid, kThreads, 0, stream, v, c, w);
 }
 
 template <int D, typename Key>
@@ -371,6 +378,7 @@ constexpr int kHeadSortMax = kHeadSortLarge * kHeadSortItems;
 
 template <typename Key, int kBlock>
 __global__ void __launch_bounds__(kBlock) principal_head_sort_kernel(const Key *keys, int tokens, int32_t *perm) {
+    chain_begin();
     using Sort = cub::BlockRadixSort<uint32_t, kBlock, kHeadSortItems, int32_t>;
     __shared__ typename Sort::TempStorage temp;
     constexpr uint32_t kKeyMask = (1u << VSMOOTH_PRINCIPAL_KEY_BITS) - 1;  // the head's bits dropped
@@ -393,9 +401,9 @@ template <typename Key>
 cudaError_t head_sort(const principal_workspace &w, int32_t *perm, int heads, int tokens, cudaStream_t stream) {
     const Key *keys = static_cast<const Key *>(w.keys);
     if (tokens <= kHeadSortSmall * kHeadSortItems)
-        principal_head_sort_kernel<Key, kHeadSortSmall><<<heads, kHeadSortSmall, 0, stream>>>(keys, tokens, perm);
+        launch_chained(principal_head_sort_kernel<Key, kHeadSortSmall>, heads, kHeadSortSmall, 0, stream, keys, tokens, perm);
     else
-        principal_head_sort_kernel<Key, kHeadSortLarge><<<heads, kHeadSortLarge, 0, stream>>>(keys, tokens, perm);
+        launch_chained(principal_head_sort_kernel<Key, kHeadSortLarge>, heads, kHeadSortLarge, 0, stream, keys, tokens, perm);
     return cudaGetLastError();
 }
 

@@ -5,6 +5,7 @@
 // tile, from what these two kernels leave. Same sums in the same order as
 // the CPU's probe_and_quantize_values: the weights agree to the bit. Compiled
 // with -fmad=false, as the quantizers.
+#include "chain.cuh"
 #include "kernels.h"
 #include "launch_facts.h"
 #include "load.cuh"
@@ -100,6 +101,7 @@ __device__ void load_rows(const probe_args &a, int b, int h, int base, int8_t *r
 // three.
 template <int D, int R>
 __global__ void __launch_bounds__(kThreads, R == 32 ? 4 : 3) probe_tile_kernel(probe_args a, int tiles, int run) {
+    chain_begin();
     using namespace nvcuda;
     using smem = probe_smem<D, R>;
     using shape = pass_shape<R>;
@@ -234,6 +236,7 @@ __global__ void __launch_bounds__(kThreads, R == 32 ? 4 : 3) probe_tile_kernel(p
 // f_st by the lanes; last the mean weight, summed over s ascending.
 constexpr int kRowsThreads = 1024;
 __global__ void __launch_bounds__(kRowsThreads) probe_rows_kernel(probe_args a, int tiles) {
+    chain_begin();
     constexpr int kWarps = kRowsThreads / 32;
     __shared__ double contribution[VCATTN_MAX_PROBE_ROWS];
     __shared__ double term_l[kWarps][32], term_q[kWarps][32];
@@ -293,7 +296,7 @@ cudaError_t launch_probe_tiles(const probe_args &a, int tiles, cudaStream_t stre
     const int64_t fit = (int64_t)tiles * a.heads_kv * a.batch / waves2;
     const int run = fit < 1 ? 1 : fit > kMaxRun ? kMaxRun : (int)fit;
     const dim3 grid((tiles + run - 1) / run, a.heads_kv, a.batch);
-    probe_tile_kernel<D, R><<<grid, kThreads, probe_smem<D, R>::kBytes, stream>>>(a, tiles, run);
+    launch_chained(probe_tile_kernel<D, R>, grid, kThreads, probe_smem<D, R>::kBytes, stream, a, tiles, run);
     return cudaSuccess;
 }
 
@@ -311,6 +314,6 @@ cudaError_t attention_probe(const probe_args &a, int head_dim, cudaStream_t stre
                             : head_dim == 64 ? launch_probe_tiles<64>(a, tiles, stream)
                                              : cudaErrorInvalidValue;
     if (err != cudaSuccess) return err;
-    probe_rows_kernel<<<a.batch * a.heads_kv, kRowsThreads, 0, stream>>>(a, tiles);
+    launch_chained(probe_rows_kernel, a.batch * a.heads_kv, kRowsThreads, 0, stream, a, tiles);
     return cudaGetLastError();
 }

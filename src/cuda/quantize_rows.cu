@@ -5,6 +5,7 @@
 // to the CPU backend); this file compiles with -fmad=false so every product
 // and sum rounds as the CPU's C code does. Layout of the outputs:
 // operand_layout.h. V's passes: quantize_values.cu.
+#include "chain.cuh"
 #include "kernels.h"
 #include "load.cuh"
 #include "operand_layout.h"
@@ -146,6 +147,7 @@ template <int D>
 __global__ void __launch_bounds__(32 * kMeanLanes) k_mean_partial_kernel(dev_tensor k, dev_rope rope,
                                                                          quant_common c, int chunk_keys,
                                                                          double *partials) {
+    chain_begin();
     constexpr int E = D / 32, BATCH = 4;
     __shared__ double lane_sum[kMeanLanes][D];
     const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z, y = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -181,6 +183,7 @@ __global__ void __launch_bounds__(32 * kMeanLanes) k_mean_partial_kernel(dev_ten
 }
 
 __global__ void k_mean_final_kernel(const double *partials, int chunks, quant_common c, float *mean) {
+    chain_begin();
     const int g = blockIdx.x, i = threadIdx.x, d = c.head_dim;
     double s = 0.0;
     for (int ch = 0; ch < chunks; ch++) s += partials[((int64_t)g * chunks + ch) * d + i];
@@ -364,6 +367,7 @@ __device__ __forceinline__ void stage_codes(const float *x, float inv_scale, int
 // 16 bytes per thread.
 template <int D, bool IS_KEY, bool QSMOOTH>
 __global__ void __launch_bounds__(kRowThreads, IS_KEY ? 2 : 4) quantize_rows_kernel(row_args a) {
+    chain_begin();
     constexpr int R = IS_KEY ? VC_KV_ROWS : VC_Q_ROWS, E = D / kRowLanes, WARPS = kRowThreads / 32;
     constexpr int SEGS = 32 / kRowLanes, RPL = R / (WARPS * SEGS), LD = D + 16;
     __shared__ alignas(16) int8_t staged[R * LD];
@@ -475,6 +479,7 @@ __global__ void __launch_bounds__(kRowThreads, IS_KEY ? 2 : 4) quantize_rows_ker
 // same transform_row: the same codes and scales as Q's own pass gives them.
 template <int D, bool QSMOOTH>
 __global__ void __launch_bounds__(kRowThreads) quantize_probe_rows_kernel(row_args a, int rows, int heads_kv) {
+    chain_begin();
     constexpr int E = D / kRowLanes, ROWS = kRowThreads / kRowLanes;
     __shared__ float no_mean[D];  // not read: no K mean and no LSE shift are asked here
     const int64_t kv_head = blockIdx.y;
@@ -504,6 +509,7 @@ __global__ void __launch_bounds__(kRowThreads) quantize_probe_rows_kernel(row_ar
 // attention kernel then writes nothing. Last of the call's quantizers: it
 // publishes the flag into the host's mapped word (publish, or NULL).
 __global__ void score_bound_kernel(const float *max_norm, float score_mul, int hadamard, quant_common c, int *publish) {
+    chain_begin();
     if (hadamard && fmax((double)max_norm[0], (double)max_norm[1]) * 2.0 * sqrt((double)c.head_dim) > FLT_MAX)
         atomicOr(c.error_flag, VC_FLAG_HADAMARD_RANGE);
     const double q = max_norm[0], k = max_norm[1];  // an Inf norm is refused even against k = 0
@@ -537,18 +543,18 @@ cudaError_t k_channel_mean(const dev_tensor &k, const dev_rope &rope, const quan
     const int chunk = mean_chunk_keys(c.batch, c.heads, c.tokens), chunks = (c.tokens + chunk - 1) / chunk;
     const dim3 grid(chunks, c.heads, c.batch);
     if (c.head_dim == 128)
-        k_mean_partial_kernel<128><<<grid, 32 * kMeanLanes, 0, stream>>>(k, rope, c, chunk, partials);
+        launch_chained(k_mean_partial_kernel<128>, grid, 32 * kMeanLanes, 0, stream, k, rope, c, chunk, partials);
     else if (c.head_dim == 64)
-        k_mean_partial_kernel<64><<<grid, 32 * kMeanLanes, 0, stream>>>(k, rope, c, chunk, partials);
+        launch_chained(k_mean_partial_kernel<64>, grid, 32 * kMeanLanes, 0, stream, k, rope, c, chunk, partials);
     else return cudaErrorInvalidValue;
-    k_mean_final_kernel<<<c.batch * c.heads, c.head_dim, 0, stream>>>(partials, chunks, c, mean);
+    launch_chained(k_mean_final_kernel, c.batch * c.heads, c.head_dim, 0, stream, partials, chunks, c, mean);
     return cudaGetLastError();
 }
 
 template <int D, bool IS_KEY>
 static void launch_rows_for(const row_args &a, dim3 grid, cudaStream_t stream) {
-    if (a.qmean) quantize_rows_kernel<D, IS_KEY, true><<<grid, kRowThreads, 0, stream>>>(a);
-    else quantize_rows_kernel<D, IS_KEY, false><<<grid, kRowThreads, 0, stream>>>(a);
+    if (a.qmean) launch_chained(quantize_rows_kernel<D, IS_KEY, true>, grid, kRowThreads, 0, stream, a);
+    else launch_chained(quantize_rows_kernel<D, IS_KEY, false>, grid, kRowThreads, 0, stream, a);
 }
 
 static cudaError_t launch_rows(bool is_key, const row_args &a, int tiles, cudaStream_t stream) {
@@ -567,7 +573,7 @@ static cudaError_t launch_rows(bool is_key, const row_args &a, int tiles, cudaSt
 
 cudaError_t check_score_bound(const float *max_norm, float score_mul, int hadamard, const quant_common &c,
                               int *publish, cudaStream_t stream) {
-    score_bound_kernel<<<1, 1, 0, stream>>>(max_norm, score_mul, hadamard, c, publish);
+    launch_chained(score_bound_kernel, 1, 1, 0, stream, max_norm, score_mul, hadamard, c, publish);
     return cudaGetLastError();
 }
 
@@ -596,11 +602,11 @@ cudaError_t quantize_probe_rows(const dev_tensor &q, const dev_rope &rope, const
                         nullptr, nullptr, qmean, 1, 0.0f, nullptr};
     const dim3 grid((rows + kRowThreads / kRowLanes - 1) / (kRowThreads / kRowLanes), c.batch * heads_kv);
     if (c.head_dim == 128) {
-        if (qmean) quantize_probe_rows_kernel<128, true><<<grid, kRowThreads, 0, stream>>>(a, rows, heads_kv);
-        else quantize_probe_rows_kernel<128, false><<<grid, kRowThreads, 0, stream>>>(a, rows, heads_kv);
+        if (qmean) launch_chained(quantize_probe_rows_kernel<128, true>, grid, kRowThreads, 0, stream, a, rows, heads_kv);
+        else launch_chained(quantize_probe_rows_kernel<128, false>, grid, kRowThreads, 0, stream, a, rows, heads_kv);
     } else if (c.head_dim == 64) {
-        if (qmean) quantize_probe_rows_kernel<64, true><<<grid, kRowThreads, 0, stream>>>(a, rows, heads_kv);
-        else quantize_probe_rows_kernel<64, false><<<grid, kRowThreads, 0, stream>>>(a, rows, heads_kv);
+        if (qmean) launch_chained(quantize_probe_rows_kernel<64, true>, grid, kRowThreads, 0, stream, a, rows, heads_kv);
+        else launch_chained(quantize_probe_rows_kernel<64, false>, grid, kRowThreads, 0, stream, a, rows, heads_kv);
     } else {
         return cudaErrorInvalidValue;
     }

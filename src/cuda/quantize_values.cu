@@ -5,6 +5,7 @@
 // high precision written back. The codecs are src/formats' (bit-identical
 // to the CPU backend); compiled with -fmad=false, as quantize_rows.cu.
 // Layout of the outputs: operand_layout.h.
+#include "chain.cuh"
 #include "kernels.h"
 #include "launch_facts.h"
 #include "load.cuh"
@@ -103,6 +104,7 @@ static_assert(VSMOOTH_SUM_LANES == 32, "vsmooth_tree_sum's lanes are a warp's (w
 // the block waits at a barrier.
 template <bool kHalf>
 __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
+    chain_begin();
     extern __shared__ __align__(16) uint8_t tile_smem[];
     __shared__ float mean_s[kMaxHeadDim], hi_s[kMaxHeadDim], lo_s[kMaxHeadDim];
     __shared__ double energy_s[VC_KV_ROWS], mean2_s, weight_s[VC_KV_ROWS], total_s;
@@ -225,6 +227,7 @@ __global__ void __launch_bounds__(kRowThreads) v_stats_kernel(v_args a) {
 // at video lengths); maxima, so the split changes no bit.
 constexpr int kScaleThreads = 1024;
 __global__ void __launch_bounds__(kScaleThreads) v_scales_kernel(v_args a, int tiles) {
+    chain_begin();
     __shared__ float part_s[2][kScaleThreads];
     const int64_t head = blockIdx.x;
     const int d = a.c.head_dim, ch = threadIdx.x % d, part = threadIdx.x / d, parts = kScaleThreads / d;
@@ -294,6 +297,7 @@ static __device__ void write_mean_image(const v_args &a, int64_t head, int tile,
 // contiguous bytes.
 template <bool kHalf>
 __global__ void __launch_bounds__(kRowThreads) v_encode_kernel(v_args a) {
+    chain_begin();
     extern __shared__ __align__(16) uint8_t tile_smem[];
     const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = a.c.head_dim;
     const int64_t head = (int64_t)b * a.c.heads + h;
@@ -360,8 +364,8 @@ cudaError_t quantize_v(const dev_tensor &v, const quant_common &c, const int32_t
     cudaError_t err;
     if ((err = allow_dynamic_smem((const void *)stats, smem)) || (err = allow_dynamic_smem((const void *)encode, smem)))
         return err;
-    stats<<<grid, kRowThreads, smem, stream>>>(a);
-    v_scales_kernel<<<c.batch * c.heads, kScaleThreads, 0, stream>>>(a, tiles);
-    encode<<<grid, kRowThreads, smem, stream>>>(a);
+    launch_chained(stats, grid, kRowThreads, smem, stream, a);
+    launch_chained(v_scales_kernel, c.batch * c.heads, kScaleThreads, 0, stream, a, tiles);
+    launch_chained(encode, grid, kRowThreads, smem, stream, a);
     return cudaGetLastError();
 }
