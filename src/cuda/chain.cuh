@@ -18,6 +18,8 @@ static __device__ __forceinline__ void chain_begin() {
 
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to start before
 // the previous kernel in the stream ends (it must call chain_begin first).
+// A launch error is returned and, as a <<<>>> launch's, also left for
+// cudaGetLastError, which the launching functions return.
 template <typename... Params, typename... Args>
 static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                                   cudaStream_t stream, Args... args) {
