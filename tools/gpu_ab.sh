@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Changes on the GPU in one run: builds a base tree and one or more changed
-# trees side by side, checks the last (test_cuda, compute-sanitizer
-# memcheck, racecheck and synccheck over the GQA and probe cases,
-# test_extreme, test_concurrency), then times each tree against the one
+# trees side by side, checks the last (test_cuda, test_python_gpu with its
+# torch.compile and CUDA-graph captures, compute-sanitizer memcheck,
+# racecheck and synccheck over the GQA and probe cases, test_extreme,
+# test_concurrency), then times each tree against the one
 # before it in one process (bench/ab_builds.py: plain step and drop-in call,
 # round by round, outputs compared bit for bit), each build's kernels in one
 # LongCat step, and a burst of public calls at 4,608 tokens. Several changed
@@ -44,6 +45,9 @@ main() {
     echo "== test_cuda (quick)"
     VCATTN_TEST_QUICK=1 "$C/test_cuda" >"$out/test_cuda.log" 2>&1; echo "rc=$?"; tail -1 "$out/test_cuda.log"
     echo "== test_cuda -k probe"; "$C/test_cuda" -k probe 2>&1 | tail -1
+    # torch.compile and CUDA-graph capture and replay of the call (a launch change must capture)
+    echo "== test_python_gpu"
+    (cd "$last" && VCATTN_LIB="$C/libvcattn.so" timeout 300 python3 python/tests/test_python_gpu.py 2>&1 | tail -1)
     for ((i = 1; i < ${#trees[@]}; i++)); do
         echo "== A/B (A: ${trees[$i - 1]}, B: ${trees[$i]}; checks on)"
         python3 "$last/bench/ab_builds.py" "${trees[$i - 1]}/build/libvcattn.so" "${trees[$i]}/build/libvcattn.so" \
