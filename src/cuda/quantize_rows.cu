@@ -161,12 +161,12 @@ __global__ void __launch_bounds__(32 * kMeanLanes) k_mean_partial_kernel(dev_ten
             valid[i] = n0 + kMeanLanes * i < n1;
             at[i] = b * k.sb + h * k.sh + (int64_t)(n0 + kMeanLanes * i) * k.sn + lane * E;
         }
-        float x[BATCH][E], unchecked;
+        float x[BATCH][E], no_fold = 0.0f;  // rope_row<D, false> folds nothing into it
         load_rows<BATCH, E>(k, at, valid, x);
 #pragma unroll
         for (int i = 0; i < BATCH; i++) {
             if (valid[i]) {
-                rope_row<D, false>(rope, n0 + kMeanLanes * i, x[i], unchecked);
+                rope_row<D, false>(rope, n0 + kMeanLanes * i, x[i], no_fold);
 #pragma unroll
                 for (int e = 0; e < E; e++) sum[e] += x[i][e];
             }

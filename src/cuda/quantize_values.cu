@@ -292,7 +292,7 @@ static __device__ void write_mean_image(const v_args &a, int64_t head, int tile,
 // the block mean in code units. A thread writes 32 bytes: two adjacent
 // channels (chunks 2j and 2j + 1 of the image: rows 2i, 2i + 1 of V^T),
 // the 16 key positions of a 16-group, each token's pair in one shared-memory
-// read (a lane a channel, this pass waited on its shared-memory reads);
+// read (with a channel a thread, the pass waited on twice as many reads);
 // a warp's lanes take 64 channels, so the reads of one token are 128
 // contiguous bytes.
 template <bool kHalf>
