@@ -318,12 +318,18 @@ def main():
                          "(plain step, drop-in; vc itself probes 32 rows)")
     args = ap.parse_args()
     vc = Vcattn(args.lib)
+    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
+            "vcattn": vc.lib.vcattn_version_string().decode(), "date": time.strftime("%Y-%m-%d"),
+            "commit": checkout_commit(), "lib": args.lib or os.environ.get("VCATTN_LIB", "default")}
     rows = []
     for name in args.shapes.split(","):
         print("bench %s ..." % name, file=sys.stderr)
         rows.append(bench_shape(vc, name, shape_of(name), args.reps, int(args.check_finite), args.method,
                                 args.probe_rows))
         torch.cuda.empty_cache()
+        if args.json:  # after every shape: a run stopped by a time limit keeps the shapes it timed
+            with open(args.json, "w") as f:
+                json.dump({"meta": meta, "rows": rows}, f, indent=1)
     print("TFLOP/s (ratio to cuDNN BF16), medians of %d runs" % args.reps)
     peers = [(k, label) for k, label in (("sage2_ms", "SA2 call"), ("fa3_ms", "FA3 bf16"),
                                          ("fa3_fp8_ms", "FA3 fp8"), ("fa4_ms", "FA4 bf16"))
@@ -372,12 +378,6 @@ def main():
         return "timed" if any(r[key] for r in rows) else "not importable here"
     print("sage2* = our sage2 variant (exp-then-cast, no V-Smooth); SageAttention2: %s; FlashAttention-3: %s; "
           "FlashAttention-4: %s" % (found("sage2_ms"), found("fa3_ms"), found("fa4_ms")))
-    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
-            "vcattn": vc.lib.vcattn_version_string().decode(), "date": time.strftime("%Y-%m-%d"),
-            "commit": checkout_commit(), "lib": args.lib or os.environ.get("VCATTN_LIB", "default")}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
