@@ -504,12 +504,41 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
     kmeans_workspace &kmeans_ws = x.kmeans_ws;
     principal_workspace &principal_ws = x.principal_ws;
     probe_args &probe = x.probe;
-    if ((err = cudaMemsetAsync(op->flag, 0, 8 * sizeof(int), cs.stream)) != cudaSuccess) return cs.cuda_fail(err, "memset");
+    if ((err = reset_call(op->flag, 8, principal_ws.amax, (int)kvh, cs.stream)) != cudaSuccess)
+        return cs.cuda_fail(err, "workspace reset");
 
     const float sm_scale = c.sm_scale;
     const float hadamard_scale = 1.0f / sqrtf((float)D);
     const quant_common kv_rows = {(int)c.B, (int)c.Hkv, (int)Nk, (int)D, cfg->check_finite, op->flag};
     const quant_common q_rows = {(int)c.B, (int)c.Hq, (int)Nq, (int)D, cfg->check_finite, op->flag};
+
+    // The channel means and Q's codes depend on no token order. With the
+    // probe they come first and Q's pass runs on the side stream beside the
+    // ordering, the probe and V's passes (the order's kernels and the probe
+    // leave SMs idle at short sequences). Without it V needs only the order:
+    // its passes run on the side stream beside K's and Q's. The call's
+    // stream waits for the side before the score bound and the attention.
+    const bool queries_beside = S > 0 && !op->q_given;
+    const float *mean = cfg->k_smoothing ? op->kmean : nullptr;
+    auto channel_means = [&]() {
+        cudaError_t e = cudaSuccess;
+        if (cfg->k_smoothing) e = k_channel_mean(in.k, in.krope, kv_rows, partials, op->kmean, cs.stream);
+        if (e == cudaSuccess && q_smoothing) e = k_channel_mean(in.q, in.qrope, q_rows, qpartials, qmean, cs.stream);
+        return e;
+    };
+    auto queries_pass = [&](cudaStream_t stream) {
+        return quantize_q(in.q, in.qrope, q_rows, (int)c.Hkv, mean, sm_scale, cfg->hadamard, hadamard_scale, c.QT,
+                          op->q_codes, op->q_mul, op->need_lse_shift ? op->lse_shift : nullptr, max_norm, qmean,
+                          stream);
+    };
+    auto values = [&](const probe_args *weights, cudaStream_t stream) {
+        return quantize_v(in.v, kv_rows, op->perm, c.grouped, cfg->sink_guard, op->out_max, weights, op->tile_mean,
+                          tile_hi, tile_lo, chan_inv, op->chan_mul, chan_pre, op->chan_pow2, op->v_records,
+                          op->v_mean_images, stream);
+    };
+    if (queries_beside && (err = channel_means())) return cs.cuda_fail(err, "channel means");
+    side_branch queries(cs, queries_beside);
+    if (queries_beside && (err = queries_pass(queries.stream))) return cs.cuda_fail(err, "quantization");
 
     if (c.plan == VCATTN_GROUP_REUSE) {
         if (!(op->perm = layer_device_perm(layer, kvh * Nk, device, cs.stream, made, &err)))
@@ -535,31 +564,12 @@ vcattn_status prepare_operands(call_state &cs, const vcattn_config *cfg, const c
         if (err != cudaSuccess) return cs.cuda_fail(err, "k-means");
     }
 
-    // Without the probe V needs only the order: its three kernels run on the
-    // side stream beside K's and Q's (each alone leaves SMs idle at short
-    // sequences). With it, V waits for the probe, which needs K's codes and
-    // its own query rows: Q's pass runs on the side stream instead, beside
-    // the probe and V's. The call's stream waits for the side before the
-    // score bound and the attention.
-    auto values = [&](const probe_args *weights, cudaStream_t stream) {
-        return quantize_v(in.v, kv_rows, op->perm, c.grouped, cfg->sink_guard, op->out_max, weights, op->tile_mean,
-                          tile_hi, tile_lo, chan_inv, op->chan_mul, chan_pre, op->chan_pow2, op->v_records,
-                          op->v_mean_images, stream);
-    };
     side_branch beside(cs, S == 0);
     if (beside.stream != cs.stream && (err = values(nullptr, beside.stream)))
         return cs.cuda_fail(err, "quantization");
-    if (cfg->k_smoothing && (err = k_channel_mean(in.k, in.krope, kv_rows, partials, op->kmean, cs.stream)))
-        return cs.cuda_fail(err, "K channel mean");
-    const float *mean = cfg->k_smoothing ? op->kmean : nullptr;
-    if (q_smoothing && (err = k_channel_mean(in.q, in.qrope, q_rows, qpartials, qmean, cs.stream)))
-        return cs.cuda_fail(err, "Q channel mean");
+    if (!queries_beside && (err = channel_means())) return cs.cuda_fail(err, "channel means");
     const q_smoothing_args q_smooth_args = {qmean, (int)(c.Hq / c.Hkv), sm_scale * VCATTN_LOG2E, op->key_bias};
-    side_branch queries(cs, S > 0 && !op->q_given);
-    if ((!op->q_given && (err = quantize_q(in.q, in.qrope, q_rows, (int)c.Hkv, mean, sm_scale, cfg->hadamard,
-                                           hadamard_scale, c.QT, op->q_codes, op->q_mul,
-                                           op->need_lse_shift ? op->lse_shift : nullptr, max_norm, qmean,
-                                           queries.stream))) ||
+    if ((!op->q_given && !queries_beside && (err = queries_pass(cs.stream))) ||
         (err = quantize_k(in.k, in.krope, kv_rows, op->perm, mean, cfg->hadamard, hadamard_scale, op->k_codes,
                           op->k_mul, max_norm + 1, q_smooth_args, cs.stream)))
         return cs.cuda_fail(err, "quantization");

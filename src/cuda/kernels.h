@@ -63,6 +63,11 @@ cudaError_t quantize_q(const dev_tensor &q, const dev_rope &rope, const quant_co
                        float hadamard_scale, int tiles, int8_t *codes, float *scales,
                        float *lse_shift, float *max_norm, const float *qmean, cudaStream_t stream);
 
+// The call's first kernel, chained to what follows: zeroes flag[0..flag_words)
+// and, unless NULL, amax[0..heads) (the principal order's, which it then
+// does not zero itself).
+cudaError_t reset_call(int *flag, int flag_words, float *amax, int heads, cudaStream_t stream);
+
 // The check's bound on the scores from max_norm[0] (q) and [1] (k): flag bit 2
 // when they could pass VCATTN_MAX_SCORE_LOG2 (score_mul = sm_scale log2 e),
 // bit 4 when, with the Hadamard on, a row's rotation could overflow float32.
@@ -175,7 +180,7 @@ struct principal_workspace {
     double *mean_partials;  // [B*H][splits][D]
     float *gram_partials;   // [B*H][splits][D][D]
     float *mu, *u;          // [B*H][D]: the mean (scaled) and the direction
-    float *amax, *scale;    // [B*H]: V's largest |v|, the power of two applied
+    float *amax, *scale;    // [B*H]: V's largest |v| (zeroed by reset_call), the power of two applied
     void *keys, *keys_sorted;  // [B*H][N] of principal_key_t: head index above the key's bits
     int32_t *index;         // [B*H][N]
     void *sort_temp;        // principal_sort_bytes

@@ -440,11 +440,9 @@ cudaError_t principal_order(const dev_tensor &v, const quant_common &c, const pr
                             int32_t *perm, cudaStream_t stream) {
     const int heads = c.batch * c.heads, splits = principal_splits(heads, c.tokens);
     const bool wide = wide_keys(heads);
-    cudaError_t err = cudaMemsetAsync(w.amax, 0, (size_t)heads * sizeof(float), stream);
-    if (err != cudaSuccess) return err;
     if (c.head_dim == 64) wide ? launch_passes<64, uint64_t>(v, c, w, splits, stream) : launch_passes<64, uint32_t>(v, c, w, splits, stream);
     else wide ? launch_passes<128, uint64_t>(v, c, w, splits, stream) : launch_passes<128, uint32_t>(v, c, w, splits, stream);
-    err = cudaGetLastError();
+    const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     if (c.tokens <= kHeadSortMax)
         return wide ? head_sort<uint64_t>(w, perm, heads, c.tokens, stream)

@@ -502,6 +502,15 @@ __global__ void __launch_bounds__(kRowThreads) quantize_probe_rows_kernel(row_ar
     stage_codes<E>(x[0], sc.inv_scale, a.codes + (kv_head * rows + s) * D + sl * E);
 }
 
+// The call's first kernel: zeroes its flag block and, when given, the
+// principal order's amax. A memset would sit in the stream as a node that
+// chained launches cannot overlap: the chain would start twice.
+__global__ void reset_call_kernel(int *flag, int flag_words, float *amax, int heads) {
+    chain_begin();  // the previous call's attention may still read its flag
+    for (int i = threadIdx.x; i < flag_words; i += blockDim.x) flag[i] = 0;
+    for (int i = threadIdx.x; amax && i < heads; i += blockDim.x) amax[i] = 0.0f;
+}
+
 // The check's score bound: |q| |k| sm_scale log2(e) beyond what float32
 // softmax resolves sets flag bit 2, a row norm whose Hadamard could overflow
 // (2 sqrt(D) |x| past the float maximum, as the CPU) bit 4, scores past
@@ -568,6 +577,11 @@ static cudaError_t launch_rows(bool is_key, const row_args &a, int tiles, cudaSt
     } else {
         return cudaErrorInvalidValue;
     }
+    return cudaGetLastError();
+}
+
+cudaError_t reset_call(int *flag, int flag_words, float *amax, int heads, cudaStream_t stream) {
+    launch_chained(reset_call_kernel, 1, 256, 0, stream, flag, flag_words, amax, amax ? heads : 0);
     return cudaGetLastError();
 }
 
