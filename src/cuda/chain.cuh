@@ -19,7 +19,9 @@ static __device__ __forceinline__ void chain_begin() {
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to start before
 // the previous kernel in the stream ends (it must call chain_begin first).
 // A launch error is returned and, as a <<<>>> launch's, also left for
-// cudaGetLastError, which the launching functions return.
+// cudaGetLastError, which the launching functions return. Built with
+// -DVCATTN_PLAIN_LAUNCHES, launches are plain: profilers then time each
+// kernel alone (a chained kernel's span includes its wait).
 template <typename... Params, typename... Args>
 static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                                   cudaStream_t stream, Args... args) {
@@ -32,6 +34,10 @@ static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 blo
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cfg.attrs = &attr;
+#ifdef VCATTN_PLAIN_LAUNCHES
+    cfg.numAttrs = 0;
+#else
     cfg.numAttrs = 1;
+#endif
     return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
