@@ -6,8 +6,11 @@
 # test_concurrency), then times each tree against the one
 # before it in one process (bench/ab_builds.py: plain step and drop-in call,
 # round by round, outputs compared bit for bit), each build's kernels in one
-# LongCat step, and a burst of public calls at 4,608 tokens. Several changed
-# trees (a change in steps) cost one machine start instead of one each.
+# LongCat plain step and one 4,608-token drop-in call (from a second build
+# with plain launches, -DVCATTN_PLAIN_LAUNCHES: a chained kernel's span
+# would include its wait), and a burst of public calls at 4,608 tokens.
+# Several changed trees (a change in steps) cost one machine start instead
+# of one each.
 # Logs go to OUT_DIR (ab.log streams as it runs: what ran before a time
 # limit stays).
 #   bash tools/gpu_ab.sh BASE_TREE CHANGED_TREE [MORE_CHANGED_TREES...] [OUT_DIR]
@@ -23,13 +26,13 @@ done
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 shapes=${AB_SHAPES:-flux-4608,seq-8k,longcat-480p,wan2.2-720p}
 reps=${AB_REPS:-21}
-jobs=$(( $(nproc) / ${#trees[@]} )); [ "$jobs" -ge 1 ] || jobs=1
+jobs=$(( $(nproc) / (2 * ${#trees[@]}) )); [ "$jobs" -ge 1 ] || jobs=1
 last=${trees[-1]}
 
-build() {  # tree targets...
-    local tree=$1; shift
-    cmake -S "$tree" -B "$tree/build" -DCMAKE_BUILD_TYPE=Release -DVCATTN_CUDA=ON >/dev/null &&
-        cmake --build "$tree/build" -j "$jobs" --target "$@" >/dev/null
+build() {  # tree build_dir cuda_flags targets...
+    local tree=$1 dir=$2 flags=$3; shift 3
+    cmake -S "$tree" -B "$tree/$dir" -DCMAKE_BUILD_TYPE=Release -DVCATTN_CUDA=ON -DCMAKE_CUDA_FLAGS="$flags" \
+        >/dev/null && cmake --build "$tree/$dir" -j "$jobs" --target "$@" >/dev/null
 }
 
 main() {
@@ -38,9 +41,12 @@ main() {
     for i in "${!trees[@]}"; do
         local targets=vcattn
         [ "${trees[$i]}" = "$last" ] && targets="vcattn test_cuda test_extreme test_concurrency"
-        build "${trees[$i]}" $targets >"$out/build-$i.log" 2>&1 & pids+=($!)
+        build "${trees[$i]}" build "" $targets >"$out/build-$i.log" 2>&1 & pids+=($!)
+        build "${trees[$i]}" build-plain -DVCATTN_PLAIN_LAUNCHES vcattn >"$out/build-plain-$i.log" 2>&1 & pids+=($!)
     done
-    for i in "${!pids[@]}"; do wait "${pids[$i]}" || { echo "build of ${trees[$i]} failed (build-$i.log)"; return 1; }; done
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}" || { echo "build of ${trees[$((i / 2))]} failed (build*-$((i / 2)).log)"; return 1; }
+    done
     echo "== built in $((SECONDS - t0)) s"
     echo "== test_cuda (quick)"
     VCATTN_TEST_QUICK=1 "$C/test_cuda" >"$out/test_cuda.log" 2>&1; echo "rc=$?"; tail -1 "$out/test_cuda.log"
@@ -54,9 +60,12 @@ main() {
             --shapes "$shapes" --reps "$reps" 2>&1 | grep -v Warn
     done
     for tree in "${trees[@]}"; do
-        echo "== kernels of a LongCat plain step: $tree"
-        python3 "$last/bench/profile_call.py" --shape longcat-480p --lib "$tree/build/libvcattn.so" --kernels 2>&1 |
-            grep -v Warn
+        echo "== kernels of a LongCat plain step (plain launches): $tree"
+        python3 "$last/bench/profile_call.py" --shape longcat-480p --lib "$tree/build-plain/libvcattn.so" --kernels \
+            2>&1 | grep -v Warn
+        echo "== kernels of a 4,608-token drop-in call (plain launches): $tree"
+        python3 "$last/bench/profile_call.py" --shape flux-4608 --drop-in --lib "$tree/build-plain/libvcattn.so" \
+            --kernels 2>&1 | grep -v Warn
     done
     for tree in "${trees[@]}"; do
         echo "== burst of 20 public calls at 4,608 tokens: $tree"
