@@ -32,6 +32,13 @@ static __device__ __forceinline__ float checked(float x, const quant_common &c) 
 // kept the row passes on the integer pipe).
 static __device__ __forceinline__ float finite_fold(float fold, float x) { return fmaf(x, 0.0f, fold); }
 
+// The finite check of one load's 8 values: folded, then tested once.
+static __device__ __forceinline__ void checked8(const float *v, const quant_common &c) {
+    float fold = 0.0f;
+    for (int e = 0; e < 8; e++) fold = finite_fold(fold, v[e]);
+    checked(fold, c);
+}
+
 static __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -158,10 +165,9 @@ struct smem_tile {
                     const int i = i0 + j * blockDim.x;
                     if (i >= total) break;
                     if (c.check_finite) {
-                        float v[8], fold = 0.0f;
+                        float v[8];
                         widen8(t.dtype, raw[j], v);
-                        for (int e = 0; e < 8; e++) fold = finite_fold(fold, v[e]);
-                        checked(fold, c);
+                        checked8(v, c);
                     }
                     uint2 *dst = reinterpret_cast<uint2 *>(x + (i >> shift) * ld + (i & (d / 8 - 1)) * 8);
                     dst[0] = make_uint2(raw[j].x, raw[j].y);
@@ -176,11 +182,7 @@ struct smem_tile {
                 const int r = i >> shift, col = (i & (d / 8 - 1)) * 8, n = n0 + r;
                 float v[8];
                 load8(t, base + (int64_t)(perm ? perm[head * c.tokens + n] : n) * t.sn + col, v);
-                if (c.check_finite) {
-                    float fold = 0.0f;
-                    for (int e = 0; e < 8; e++) fold = finite_fold(fold, v[e]);
-                    checked(fold, c);
-                }
+                if (c.check_finite) checked8(v, c);
                 float4 *dst = reinterpret_cast<float4 *>(x + r * ld + col);
                 dst[0] = make_float4(v[0], v[1], v[2], v[3]);
                 dst[1] = make_float4(v[4], v[5], v[6], v[7]);

@@ -581,7 +581,7 @@ static cudaError_t launch_rows(bool is_key, const row_args &a, int tiles, cudaSt
 }
 
 cudaError_t reset_call(int *flag, int flag_words, float *amax, int heads, cudaStream_t stream) {
-    launch_chained(reset_call_kernel, 1, 256, 0, stream, flag, flag_words, amax, amax ? heads : 0);
+    launch_chained(reset_call_kernel, 1, 256, 0, stream, flag, flag_words, amax, heads);
     return cudaGetLastError();
 }
 
