@@ -811,6 +811,7 @@ int main(int argc, char **argv) {
         {"D=64 B=2 NHD", 2, 4, 4, 1000, 1000, 64, 1, 0, VCATTN_DTYPE_BF16, 1, NULL, 0},
         {"D=64 N=17", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, NULL, 0},
         {"D=64 Nk=8300: the device-wide sort", 1, 2, 2, 256, 8300, 64, 0, 0, VCATTN_DTYPE_BF16, 0, NULL, 0},
+        {"Nk=6000: the head sort's largest block", 1, 2, 2, 100, 6000, 128, 0, 0, VCATTN_DTYPE_BF16, 0, NULL, 0},
         {"B=2 H=33000: grid.y > 65535", 2, 33000, 33000, 8, 8, 64, 0, 0, VCATTN_DTYPE_BF16, 0, NULL, 0},
         {"sink tokens", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL, V_SINKS},
         {"flat heads", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL, V_FLAT},

@@ -371,27 +371,28 @@ int sort_end_bit(int heads) {
 // Heads of up to kHeadSortMax tokens: one block per head radix-sorts its
 // keys' bits with the token as the value (cub::BlockRadixSort, stable like
 // the device-wide sort below, so equal keys keep the token order), in one
-// launch instead of that sort's six kernels and memset.
-constexpr int kHeadSortItems = 8;
-constexpr int kHeadSortSmall = 256, kHeadSortLarge = 1024;  // block sizes: up to 2048 tokens, then 8192
-constexpr int kHeadSortMax = kHeadSortLarge * kHeadSortItems;
+// launch instead of that sort's six kernels and memset. Three sizes, so
+// that a head sorts few padding slots (its time goes with the slots): 256
+// threads x 8 items up to 2,048 tokens, 1,024 x 5 up to 5,120, 1,024 x 8.
+constexpr int kHeadSortSmall = 256, kHeadSortLarge = 1024;  // block sizes
+constexpr int kHeadSortMax = kHeadSortLarge * 8;
 
-template <typename Key, int kBlock>
+template <typename Key, int kBlock, int kItems>
 __global__ void __launch_bounds__(kBlock) principal_head_sort_kernel(const Key *keys, int tokens, int32_t *perm) {
     chain_begin();
-    using Sort = cub::BlockRadixSort<uint32_t, kBlock, kHeadSortItems, int32_t>;
+    using Sort = cub::BlockRadixSort<uint32_t, kBlock, kItems, int32_t>;
     __shared__ typename Sort::TempStorage temp;
     constexpr uint32_t kKeyMask = (1u << VSMOOTH_PRINCIPAL_KEY_BITS) - 1;  // the head's bits dropped
     const int64_t head = blockIdx.x;
-    uint32_t key[kHeadSortItems];
-    int32_t token[kHeadSortItems];
-    for (int i = 0; i < kHeadSortItems; i++) {  // blocked: thread t holds tokens t*items.. in order
-        const int n = threadIdx.x * kHeadSortItems + i;
+    uint32_t key[kItems];
+    int32_t token[kItems];
+    for (int i = 0; i < kItems; i++) {  // blocked: thread t holds tokens t*items.. in order
+        const int n = threadIdx.x * kItems + i;
         key[i] = n < tokens ? (uint32_t)(keys[head * tokens + n] & kKeyMask) : kKeyMask;  // padding sorts last
         token[i] = n;
     }
     Sort(temp).SortBlockedToStriped(key, token, 0, VSMOOTH_PRINCIPAL_KEY_BITS);
-    for (int i = 0; i < kHeadSortItems; i++) {
+    for (int i = 0; i < kItems; i++) {
         const int r = i * kBlock + threadIdx.x;
         if (r < tokens) perm[head * tokens + r] = token[i];
     }
@@ -400,10 +401,12 @@ __global__ void __launch_bounds__(kBlock) principal_head_sort_kernel(const Key *
 template <typename Key>
 cudaError_t head_sort(const principal_workspace &w, int32_t *perm, int heads, int tokens, cudaStream_t stream) {
     const Key *keys = static_cast<const Key *>(w.keys);
-    if (tokens <= kHeadSortSmall * kHeadSortItems)
-        launch_chained(principal_head_sort_kernel<Key, kHeadSortSmall>, heads, kHeadSortSmall, 0, stream, keys, tokens, perm);
+    if (tokens <= kHeadSortSmall * 8)
+        launch_chained(principal_head_sort_kernel<Key, kHeadSortSmall, 8>, heads, kHeadSortSmall, 0, stream, keys, tokens, perm);
+    else if (tokens <= kHeadSortLarge * 5)
+        launch_chained(principal_head_sort_kernel<Key, kHeadSortLarge, 5>, heads, kHeadSortLarge, 0, stream, keys, tokens, perm);
     else
-        launch_chained(principal_head_sort_kernel<Key, kHeadSortLarge>, heads, kHeadSortLarge, 0, stream, keys, tokens, perm);
+        launch_chained(principal_head_sort_kernel<Key, kHeadSortLarge, 8>, heads, kHeadSortLarge, 0, stream, keys, tokens, perm);
     return cudaGetLastError();
 }
 
