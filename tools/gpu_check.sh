@@ -4,7 +4,9 @@
 # facts of the vc kernel, the four compute-sanitizer tools over test_cuda's
 # small cases (every kernel and variant), memcheck over test_extreme's
 # boundary values, and the benchmark. Logs and JSON go
-# to $1 (default gpu-check/).
+# to $1 (default gpu-check/). Where Python lacks diffusers, wheels in .whl
+# (tools/device_wheels.sh) are installed into a folder of its own first, so
+# the diffusers GPU tests run instead of skipping.
 #   bash tools/gpu_check.sh [OUT_DIR] [--quick|--sanitizers]
 #   --quick: no sanitizers, no benchmark; --sanitizers: build, sanitizers only
 set -uo pipefail
@@ -15,6 +17,14 @@ mkdir -p "$out"
 BUILD=${BUILD:-build}
 status=0
 step() { echo "== $1"; }
+
+if ! python3 -c "import diffusers" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+    site=$(mktemp -d)
+    python3 -m pip install -q --no-index --no-deps --target "$site" .whl/*.whl &&
+        export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+python3 -c "import diffusers; print('diffusers', diffusers.__version__)" 2>/dev/null ||
+    echo "no diffusers: the diffusers GPU tests skip (bash tools/device_wheels.sh, then carry .whl)"
 
 step "build"
 make build BUILD="$BUILD" >"$out/build.log" 2>&1 || { echo "build failed (see $out/build.log)"; exit 1; }
