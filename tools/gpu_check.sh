@@ -43,6 +43,7 @@ cuobjdump --dump-sass "$BUILD/libvcattn.so" |
     awk '/Function : .*vc_attention_kernelILi128ELb1ELb1ELb0E13__nv_bfloat16/{f=1; next} f && /Function : /{f=0} f' |
     grep -oE "IGMMA|QGMMA|MUFU\.[A-Z0-9]+|F2I[A-Z0-9.]*|I2F[A-Z0-9.]*|FFMA\.SAT|PRMT|LDL|STL" | sort | uniq -c |
     tee "$out/sass.txt"
+python3 tools/sass_tile_step.py "$BUILD/libvcattn.so" | tee -a "$out/sass.txt"
 fi
 
 if [ "$quick" != "--quick" ]; then

@@ -1,0 +1,96 @@
+"""Where the D 128 attention kernel's tile step waits, from its SASS: the
+main loop's instructions before the wait for QK(j), between it and the
+wait for PV(j-1) (what runs while PV(j-1) is on the tensor cores), and
+after (what runs once it is done), by opcode, with the highest register
+the kernel uses. ptxas places the waits (WARPGROUP.DEPBAR) where its
+register allocation allows, which need not be where the source waits.
+
+    python3 tools/sass_tile_step.py [FILE] [--kernel SUBSTRING]
+
+FILE: a cubin or the built library (default: src/cuda/sm90/attention_d128_vc.cu
+compiled here with the build's flags; needs nvcc). Needs cuobjdump on PATH.
+The default kernel is vc's at head dim 128 with bf16 output, no Q smoothing.
+"""
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+DEFAULT_KERNEL = "vc_attention_kernelILi128ELb1ELb1ELb0E13__nv_bfloat16"
+FLAGS = ["-O3", "-DNDEBUG", "-arch=sm_90a", "-fmad=false", "-DVCATTN_WITH_CUDA=1", "-cubin", "-Iinclude", "-Isrc"]
+
+
+def compile_default(tmp):
+    out = os.path.join(tmp, "vc.cubin")
+    subprocess.run(["nvcc", *FLAGS, "src/cuda/sm90/attention_d128_vc.cu", "-o", out], cwd=ROOT, check=True)
+    return out
+
+
+def kernel_sass(path, kernel):
+    sass = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout
+    for body in re.split(r"\n\s*Function : ", sass)[1:]:
+        if kernel in body.split("\n")[0]:
+            return body.split("\n")[0].strip(), body
+    sys.exit("no kernel matching %r in %s" % (kernel, path))
+
+
+def instructions(body):
+    out = []
+    for line in body.split("\n"):
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if m:
+            out.append((int(m.group(1), 16), m.group(2).strip()))
+    return out
+
+
+def opcode(text):
+    return (text.split()[1] if text.startswith("@") else text.split()[0]).split(".")[0]
+
+
+def main_loop(ins):
+    """The shortest backward branch's body that holds a wgmma: the tile step."""
+    where = {a: i for i, (a, _) in enumerate(ins)}
+    best = None
+    for i, (a, text) in enumerate(ins):
+        m = re.search(r"BRA .*?0x([0-9a-f]+)", text)
+        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in where:
+            body = ins[where[int(m.group(1), 16)]:i + 1]
+            if any("GMMA" in t for _, t in body) and (best is None or len(body) < len(best)):
+                best = body
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("file", nargs="?")
+    ap.add_argument("--kernel", default=DEFAULT_KERNEL)
+    args = ap.parse_args()
+    if not shutil.which("cuobjdump"):
+        sys.exit("needs cuobjdump on PATH")
+    with tempfile.TemporaryDirectory() as tmp:
+        name, body = kernel_sass(args.file or compile_default(tmp), args.kernel)
+    ins = instructions(body)
+    loop = main_loop(ins)
+    if loop is None:
+        sys.exit("no loop with a wgmma in %s" % name)
+    waits = [k for k, (_, t) in enumerate(loop) if "WARPGROUP.DEPBAR" in t]
+    print("%s\n  main loop: %d instructions a tile step; highest register R%d; %d waits (WARPGROUP.DEPBAR)"
+          % (name, len(loop), max(int(r) for r in re.findall(r"\bR(\d+)\b", body)), len(waits)))
+    if len(waits) < 2:
+        return
+    parts = [("to the wait for QK(j)", 0, waits[0]),
+             ("while PV(j-1) runs (to its wait)", waits[0], waits[-1]),
+             ("after PV(j-1) is done", waits[-1], len(loop))]
+    for label, lo, hi in parts:
+        counts = collections.Counter(opcode(t) for _, t in loop[lo:hi])
+        top = ", ".join("%s %d" % kv for kv in counts.most_common(8))
+        print("  %-34s %4d: %s" % (label, hi - lo, top))
+
+
+if __name__ == "__main__":
+    main()
