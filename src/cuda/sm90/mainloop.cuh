@@ -2,9 +2,10 @@
 // every 128-key tile of their head. Per tile j it issues QK(j) and PV(j-1)
 // back to back, runs the softmax of tile j between the waits for QK(j) and
 // for PV(j-1), then folds PV(j-1) into the output accumulator and packs P(j)
-// into the registers PV(j-1) has just released. (At 240 registers ptxas
-// moves the wait for PV(j-1) up to right after the score conversions, so
-// most of the softmax runs once PV(j-1) is done: tools/sass_tile_step.py.)
+// into the registers PV(j-1) has just released. (ptxas schedules the wait
+// for PV(j-1) as early as its block allows, right after the score
+// conversions, so most of the softmax runs once PV(j-1) is done:
+// tools/sass_tile_step.py.)
 // The two consumer warpgroups take turns at issuing (named barriers), so
 // one's softmax runs under the other's GEMMs. The per-tile steps: row_state.cuh; the slots it reads are
 // filled by produce() (producer.cuh).
