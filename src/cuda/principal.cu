@@ -375,7 +375,8 @@ int sort_end_bit(int heads) {
 // that a head sorts few padding slots (its time goes with the slots): 256
 // threads x 8 items up to 2,048 tokens, 1,024 x 5 up to 5,120, 1,024 x 8.
 constexpr int kHeadSortSmall = 256, kHeadSortLarge = 1024;  // block sizes
-constexpr int kHeadSortMax = kHeadSortLarge * 8;
+constexpr int kHeadSortItems = 8, kHeadSortFewItems = 5;     // items per thread
+constexpr int kHeadSortMax = kHeadSortLarge * kHeadSortItems;
 
 template <typename Key, int kBlock, int kItems>
 __global__ void __launch_bounds__(kBlock) principal_head_sort_kernel(const Key *keys, int tokens, int32_t *perm) {
@@ -401,12 +402,13 @@ __global__ void __launch_bounds__(kBlock) principal_head_sort_kernel(const Key *
 template <typename Key>
 cudaError_t head_sort(const principal_workspace &w, int32_t *perm, int heads, int tokens, cudaStream_t stream) {
     const Key *keys = static_cast<const Key *>(w.keys);
-    if (tokens <= kHeadSortSmall * 8)
-        launch_chained(principal_head_sort_kernel<Key, kHeadSortSmall, 8>, heads, kHeadSortSmall, 0, stream, keys, tokens, perm);
-    else if (tokens <= kHeadSortLarge * 5)
-        launch_chained(principal_head_sort_kernel<Key, kHeadSortLarge, 5>, heads, kHeadSortLarge, 0, stream, keys, tokens, perm);
+    auto sort = [&](auto kernel, int block) { launch_chained(kernel, heads, block, 0, stream, keys, tokens, perm); };
+    if (tokens <= kHeadSortSmall * kHeadSortItems)
+        sort(principal_head_sort_kernel<Key, kHeadSortSmall, kHeadSortItems>, kHeadSortSmall);
+    else if (tokens <= kHeadSortLarge * kHeadSortFewItems)
+        sort(principal_head_sort_kernel<Key, kHeadSortLarge, kHeadSortFewItems>, kHeadSortLarge);
     else
-        launch_chained(principal_head_sort_kernel<Key, kHeadSortLarge, 8>, heads, kHeadSortLarge, 0, stream, keys, tokens, perm);
+        sort(principal_head_sort_kernel<Key, kHeadSortLarge, kHeadSortItems>, kHeadSortLarge);
     return cudaGetLastError();
 }
 

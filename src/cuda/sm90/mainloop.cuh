@@ -5,10 +5,10 @@
 // into the registers PV(j-1) has just released. (ptxas schedules the wait
 // for PV(j-1) as early as its block allows, right after the score
 // conversions, so most of the softmax runs once PV(j-1) is done:
-// tools/sass_tile_step.py.)
-// The two consumer warpgroups take turns at issuing (named barriers), so
-// one's softmax runs under the other's GEMMs. The per-tile steps: row_state.cuh; the slots it reads are
-// filled by produce() (producer.cuh).
+// tools/sass_tile_step.py.) The two consumer warpgroups take turns at
+// issuing (named barriers), so one's softmax runs under the other's GEMMs.
+// The per-tile steps: row_state.cuh; the slots it reads are filled by
+// produce() (producer.cuh).
 #pragma once
 #include "attention.h"
 #include "pipeline.cuh"
