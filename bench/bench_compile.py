@@ -9,6 +9,9 @@ mode="reduce-overhead" (CUDA graphs) for both vcattn backends, checked
 against the default mode's output. One process, medians, the card named.
 
     python bench/bench_compile.py [--layers 2] [--steps 40] [--reps 3] [--json F]
+    python bench/bench_compile.py --layers 40 --regional --backends sage,vcattn --no-schedule
+        # the whole 40-block step, each block compiled once and reused (diffusers'
+        # compile_repeated_blocks, its advice for large models), backends' rows only
     python bench/bench_compile.py --tiny --device cpu     # smoke run of the script itself
 """
 import argparse
@@ -39,6 +42,11 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--backends", default="native,sage,vcattn", help="comma-separated, of native, sage, vcattn")
+    ap.add_argument("--regional", action="store_true",
+                    help="compile the repeated blocks (diffusers' compile_repeated_blocks) instead of the whole model")
+    ap.add_argument("--no-schedule", action="store_true",
+                    help="only the backends' eager and compiled rows (no grouping schedule, no CUDA graphs)")
     args = ap.parse_args()
     cuda_or_exit("bench_compile", args.device)
     from diffusers.models import attention_dispatch as ad
@@ -67,20 +75,35 @@ def main():
         print("%-28s %8.1f ms  (first call %.0f s)" % (label, ms, compile_s), flush=True)
         return out
 
-    backends = [("native", "native"), ("vcattn", "vcattn")]
-    try:
-        import sageattention  # noqa: F401 (diffusers' "sage" backend needs it)
-        backends.insert(1, ("sage", "sage"))
-    except ImportError:
-        print("SageAttention2 not importable: no sage rows")
+    def compiled():
+        if not args.regional:
+            return torch.compile(model)
+        model.compile_repeated_blocks()
+        return model
+
+    def uncompile():  # undoes compile_repeated_blocks (Module.compile keeps its compiled call here)
+        for module in model.modules():
+            module._compiled_call_impl = None
+
+    backends = [b for b in ("native", "sage", "vcattn") if b in args.backends.split(",")]
+    if "sage" in backends:
+        try:
+            import sageattention  # noqa: F401 (diffusers' "sage" backend needs it)
+        except ImportError:
+            print("SageAttention2 not importable: no sage rows")
+            backends.remove("sage")
+    row["regional"] = args.regional
     outs = {}
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION] if args.device == "cuda" else [SDPBackend.MATH]):
-        for label, backend in backends:
+        for backend in backends:
             reset()
             model.set_attention_backend(backend)
-            timed(label + " eager", model)
-            outs[label] = timed(label + " compiled", torch.compile(model))
+            timed(backend + " eager", model)
+            outs[backend] = timed(backend + " compiled", compiled())
+            uncompile()
         reset()
+        if args.no_schedule:
+            return report(row, card, args)
 
         # the grouping schedule over one compiled generation, per step against the compiled drop-in
         def generation(fn):
@@ -130,12 +153,17 @@ def main():
             row["schedule_reduce_overhead_error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0])
             print("vcattn schedule reduce-overhead FAILED: %s" % row["schedule_reduce_overhead_error"], flush=True)
 
-    print("%s, %d blocks, %d tokens, torch %s" % (card, args.layers, tokens, torch.__version__))
-    c = {k[:-len(" compiled_ms")]: v for k, v in row.items() if k.endswith(" compiled_ms")}
-    if "sage" in c:
-        print("compiled: vcattn %.2fx SageAttention2, %.2fx native" % (c["sage"] / c["vcattn"], c["native"] / c["vcattn"]))
-    else:
-        print("compiled: vcattn %.2fx native" % (c["native"] / c["vcattn"]))
+    report(row, card, args)
+
+
+def report(row, card, args):
+    print("%s, %d blocks, %d tokens, torch %s%s" % (card, args.layers, row["tokens"], torch.__version__,
+                                                  ", regional compile" if args.regional else ""))
+    for mode in ("eager", "compiled"):
+        ms = {k[:-len(" %s_ms" % mode)]: v for k, v in row.items() if k.endswith(" %s_ms" % mode)}
+        if "vcattn" in ms:
+            print("%s: vcattn %s" % (mode, ", ".join("%.2fx %s" % (ms[b] / ms["vcattn"], b)
+                                                  for b in ("sage", "native") if b in ms) or "alone"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(row, f, indent=1)

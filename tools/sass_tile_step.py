@@ -2,8 +2,8 @@
 main loop's instructions before the wait for QK(j), between it and the
 wait for PV(j-1) (what runs while PV(j-1) is on the tensor cores), and
 after (what runs once it is done), by opcode, with the highest register
-the kernel uses. ptxas places the waits (WARPGROUP.DEPBAR) where its
-register allocation allows, which need not be where the source waits.
+the kernel uses. ptxas schedules the waits (WARPGROUP.DEPBAR) as early
+as a basic block allows, which need not be where the source waits.
 
     python3 tools/sass_tile_step.py [FILE] [--kernel SUBSTRING]
 
