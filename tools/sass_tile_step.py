@@ -40,11 +40,18 @@ def kernel_sass(path, kernel):
 
 
 def instructions(body):
+    """(address, text, stall cycles, waits on a scoreboard) per instruction.
+    The control word (the upper 64 bits, on the line after the instruction)
+    holds the stall count ptxas set for fixed-latency dependences (bits
+    41-44) and the scoreboards the instruction waits on (bits 52-57)."""
     out = []
-    for line in body.split("\n"):
+    lines = body.split("\n")
+    for i, line in enumerate(lines):
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
         if m:
-            out.append((int(m.group(1), 16), m.group(2).strip()))
+            hi = re.search(r"/\* 0x([0-9a-f]{16}) \*/", lines[i + 1]) if i + 1 < len(lines) else None
+            control = int(hi.group(1), 16) if hi else 0
+            out.append((int(m.group(1), 16), m.group(2).strip(), (control >> 41) & 0xF, (control >> 52) & 0x3F != 0))
     return out
 
 
@@ -54,13 +61,13 @@ def opcode(text):
 
 def main_loop(ins):
     """The shortest backward branch's body that holds a wgmma: the tile step."""
-    where = {a: i for i, (a, _) in enumerate(ins)}
+    where = {x[0]: i for i, x in enumerate(ins)}
     best = None
-    for i, (a, text) in enumerate(ins):
+    for i, (a, text, _, _) in enumerate(ins):
         m = re.search(r"BRA .*?0x([0-9a-f]+)", text)
         if m and int(m.group(1), 16) < a and int(m.group(1), 16) in where:
             body = ins[where[int(m.group(1), 16)]:i + 1]
-            if any("GMMA" in t for _, t in body) and (best is None or len(body) < len(best)):
+            if any("GMMA" in x[1] for x in body) and (best is None or len(body) < len(best)):
                 best = body
     return best
 
@@ -78,7 +85,7 @@ def main():
     loop = main_loop(ins)
     if loop is None:
         sys.exit("no loop with a wgmma in %s" % name)
-    waits = [k for k, (_, t) in enumerate(loop) if "WARPGROUP.DEPBAR" in t]
+    waits = [k for k, x in enumerate(loop) if "WARPGROUP.DEPBAR" in x[1]]
     print("%s\n  main loop: %d instructions a tile step; highest register R%d; %d waits (WARPGROUP.DEPBAR)"
           % (name, len(loop), max(int(r) for r in re.findall(r"\bR(\d+)\b", body)), len(waits)))
     if len(waits) < 2:
@@ -86,10 +93,14 @@ def main():
     parts = [("to the wait for QK(j)", 0, waits[0]),
              ("while PV(j-1) runs (to its wait)", waits[0], waits[-1]),
              ("after PV(j-1) is done", waits[-1], len(loop))]
+    print("  (stall: the cycles ptxas holds the warp for fixed-latency dependences; waits: instructions that\n"
+          "   also wait on a scoreboard, for a variable-latency result: shuffles, MUFU, shared memory, barriers)")
     for label, lo, hi in parts:
-        counts = collections.Counter(opcode(t) for _, t in loop[lo:hi])
+        counts = collections.Counter(opcode(x[1]) for x in loop[lo:hi])
         top = ", ".join("%s %d" % kv for kv in counts.most_common(8))
-        print("  %-34s %4d: %s" % (label, hi - lo, top))
+        stall = sum(x[2] for x in loop[lo:hi])
+        waits = sum(x[3] for x in loop[lo:hi])
+        print("  %-34s %4d, stall %4d, waits %2d: %s" % (label, hi - lo, stall, waits, top))
 
 
 if __name__ == "__main__":
