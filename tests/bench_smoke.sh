@@ -33,6 +33,12 @@ for bench in "bench_transformer.py --tiny --device cpu --reps 1 --steps 8" \
         "$py" -c "import json, sys; json.load(open(sys.argv[1]))" "$tmp/$name.json"
     tally "$name" $? "$tmp/log"
 done
+# The whole step's form: the repeated blocks compiled (regional), the backends' rows only.
+OMP_NUM_THREADS=2 "$py" "$src/bench/bench_compile.py" --tiny --device cpu --reps 1 --regional --backends native,vcattn \
+    --no-schedule --json "$tmp/regional.json" >"$tmp/log" 2>&1 &&
+    "$py" -c "import json, sys; r = json.load(open(sys.argv[1])); assert r['regional'] and r['vcattn compiled_ms'] > 0, r" \
+        "$tmp/regional.json"
+tally "bench_compile.py --regional" $? "$tmp/log"
 # The A/B's interval: the median of 41 rounds' ratios lies between the 14th
 # and the 28th of them at 95% (binomial order statistics); 5 rounds give none.
 "$py" - "$src/bench" <<'PY'
