@@ -98,6 +98,7 @@ def main():
             torch.cuda.synchronize()
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40))
         print_byte_bound(prof, b, h, n, d, args.probe_rows if args.probe_rows is not None else cfg.vsmooth_probe_rows)
+        print_split(prof, b, h, n, d)
         if args.timeline:
             print_timeline(prof)
     if args.burst:
@@ -128,6 +129,20 @@ def print_byte_bound(prof, b, h, n, d, probe_rows):
             bound = nbytes / (tbps * 1e6)
             print(f"{(label + ': ' + e.key)[:48]:<48} {time_us:9.1f} {nbytes / 1e6:8.1f} {bound:9.1f} "
                   f"{100 * bound / time_us:5.0f}%")
+
+
+def print_split(prof, b, h, n, d):
+    """One line: the attention kernel's time and rate, and the rest of the call's kernels (an A/B's log reads it)."""
+    attention = other = 0.0
+    for e in prof.key_averages():
+        if e.device_time_total > 0:
+            if "attention_kernel" in e.key or "attention_wg_kernel" in e.key:
+                attention += e.device_time_total
+            else:
+                other += e.device_time_total
+    if attention > 0:
+        print("split: attention kernel %.1f µs (%.0f TFLOP/s), the other kernels %.1f µs, %.1f µs in all"
+              % (attention, 4.0 * b * h * n * n * d / (attention * 1e6), other, attention + other))
 
 
 def print_burst(fn, calls, shown=8):
