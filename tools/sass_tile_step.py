@@ -88,11 +88,15 @@ def main():
     waits = [k for k, x in enumerate(loop) if "WARPGROUP.DEPBAR" in x[1]]
     print("%s\n  main loop: %d instructions a tile step; highest register R%d; %d waits (WARPGROUP.DEPBAR)"
           % (name, len(loop), max(int(r) for r in re.findall(r"\bR(\d+)\b", body)), len(waits)))
-    if len(waits) < 2:
+    if not waits:
         return
-    parts = [("to the wait for QK(j)", 0, waits[0]),
-             ("while PV(j-1) runs (to its wait)", waits[0], waits[-1]),
-             ("after PV(j-1) is done", waits[-1], len(loop))]
+    if len(waits) == 1:  # one wait for both GEMMs
+        parts = [("to the wait for QK(j) and PV(j-1)", 0, waits[0]),
+                 ("after both are done", waits[0], len(loop))]
+    else:
+        parts = [("to the wait for QK(j)", 0, waits[0]),
+                 ("while PV(j-1) runs (to its wait)", waits[0], waits[-1]),
+                 ("after PV(j-1) is done", waits[-1], len(loop))]
     print("  (stall: the cycles ptxas holds the warp for fixed-latency dependences; waits: instructions that\n"
           "   also wait on a scoreboard, for a variable-latency result: shuffles, MUFU, shared memory, barriers)")
     for label, lo, hi in parts:
