@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Changes on the GPU in one run: builds a base tree and one or more changed
-# trees side by side, checks the last (test_cuda, test_python_gpu with its
-# torch.compile and CUDA-graph captures, compute-sanitizer memcheck,
-# racecheck and synccheck over the GQA and probe cases, test_extreme,
-# test_concurrency), then times each tree against the one
+# trees side by side, checks the last (or the AB_CHECK-th, from 0: test_cuda,
+# test_python_gpu with its torch.compile and CUDA-graph captures,
+# compute-sanitizer memcheck, racecheck and synccheck over the GQA and probe
+# cases, test_extreme, test_concurrency), then times each tree against the one
 # before it in one process (bench/ab_builds.py: plain step and drop-in call,
 # round by round, outputs compared bit for bit), each build's kernels in one
 # LongCat plain step and one 4,608-token drop-in call (from a second build
@@ -27,7 +27,7 @@ mkdir -p "$out" && out=$(cd "$out" && pwd)
 shapes=${AB_SHAPES:-flux-4608,seq-8k,longcat-480p,wan2.2-720p}
 reps=${AB_REPS:-21}
 jobs=$(( $(nproc) / (2 * ${#trees[@]}) )); [ "$jobs" -ge 1 ] || jobs=1
-last=${trees[-1]}
+checked=${trees[${AB_CHECK:-${#trees[@]}-1}]}  # the tree the checks run on
 
 build() {  # tree build_dir cuda_flags targets...
     local tree=$1 dir=$2 flags=$3; shift 3
@@ -37,10 +37,10 @@ build() {  # tree build_dir cuda_flags targets...
 
 main() {
     nvidia-smi -L; date -u
-    local t0=$SECONDS C="$last/build" pids=() i
+    local t0=$SECONDS C="$checked/build" pids=() i
     for i in "${!trees[@]}"; do
         local targets=vcattn
-        [ "${trees[$i]}" = "$last" ] && targets="vcattn test_cuda test_extreme test_concurrency"
+        [ "${trees[$i]}" = "$checked" ] && targets="vcattn test_cuda test_extreme test_concurrency"
         build "${trees[$i]}" build "" $targets >"$out/build-$i.log" 2>&1 & pids+=($!)
         build "${trees[$i]}" build-plain -DVCATTN_PLAIN_LAUNCHES vcattn >"$out/build-plain-$i.log" 2>&1 & pids+=($!)
     done
@@ -53,23 +53,23 @@ main() {
     echo "== test_cuda -k probe"; "$C/test_cuda" -k probe 2>&1 | tail -1
     # torch.compile and CUDA-graph capture and replay of the call (a launch change must capture)
     echo "== test_python_gpu"
-    (cd "$last" && VCATTN_LIB="$C/libvcattn.so" timeout 300 python3 python/tests/test_python_gpu.py 2>&1 | tail -1)
+    (cd "$checked" && VCATTN_LIB="$C/libvcattn.so" timeout 300 python3 python/tests/test_python_gpu.py 2>&1 | tail -1)
     for ((i = 1; i < ${#trees[@]}; i++)); do
         echo "== A/B (A: ${trees[$i - 1]}, B: ${trees[$i]}; checks on)"
-        python3 "$last/bench/ab_builds.py" "${trees[$i - 1]}/build/libvcattn.so" "${trees[$i]}/build/libvcattn.so" \
+        python3 "$checked/bench/ab_builds.py" "${trees[$i - 1]}/build/libvcattn.so" "${trees[$i]}/build/libvcattn.so" \
             --shapes "$shapes" --reps "$reps" 2>&1 | grep -v Warn
     done
     for tree in "${trees[@]}"; do
         echo "== kernels of a LongCat plain step (plain launches): $tree"
-        python3 "$last/bench/profile_call.py" --shape longcat-480p --lib "$tree/build-plain/libvcattn.so" --kernels \
+        python3 "$checked/bench/profile_call.py" --shape longcat-480p --lib "$tree/build-plain/libvcattn.so" --kernels \
             2>&1 | grep -v Warn
         echo "== kernels of a 4,608-token drop-in call (plain launches): $tree"
-        python3 "$last/bench/profile_call.py" --shape flux-4608 --drop-in --lib "$tree/build-plain/libvcattn.so" \
+        python3 "$checked/bench/profile_call.py" --shape flux-4608 --drop-in --lib "$tree/build-plain/libvcattn.so" \
             --kernels 2>&1 | grep -v Warn
     done
     for tree in "${trees[@]}"; do
         echo "== burst of 20 public calls at 4,608 tokens: $tree"
-        python3 "$last/bench/profile_call.py" --shape flux-4608 --lib "$tree/build/libvcattn.so" --drop-in \
+        python3 "$checked/bench/profile_call.py" --shape flux-4608 --lib "$tree/build/libvcattn.so" --drop-in \
             --check-finite --burst 20 2>&1 | grep -v Warn | grep "^burst" | grep -v "gap "
     done
     for k in GQA probe; do
