@@ -72,39 +72,79 @@ def main_loop(ins):
     return best
 
 
+def split(body):
+    """The tile step's parts as (label, instructions, stall cycles, scoreboard
+    waits, opcode counts), with the loop's length and waits; None without a
+    loop that holds a wgmma."""
+    loop = main_loop(instructions(body))
+    if loop is None:
+        return None
+    waits = [k for k, x in enumerate(loop) if "WARPGROUP.DEPBAR" in x[1]]
+    if not waits:
+        bounds = []
+    elif len(waits) == 1:  # one wait for both GEMMs
+        bounds = [("to the wait for QK(j) and PV(j-1)", 0, waits[0]), ("after both are done", waits[0], len(loop))]
+    else:
+        bounds = [("to the wait for QK(j)", 0, waits[0]),
+                  ("while PV(j-1) runs (to its wait)", waits[0], waits[-1]),
+                  ("after PV(j-1) is done", waits[-1], len(loop))]
+    parts = [(label, hi - lo, sum(x[2] for x in loop[lo:hi]), sum(x[3] for x in loop[lo:hi]),
+              collections.Counter(opcode(x[1]) for x in loop[lo:hi])) for label, lo, hi in bounds]
+    return len(loop), len(waits), parts
+
+
+def self_test():
+    """The parsing on a made-up listing: a loop with two wgmmas, two waits
+    and known control words (stall in bits 41-44, scoreboard mask 52-57)."""
+    def line(addr, text, stall, wait_mask=0):
+        hi = (stall << 41) | (wait_mask << 52)
+        return ("        /*%04x*/                   %s ;  /* 0x%016x */\n"
+                "                                    /* 0x%016x */" % (addr, text, 0, hi))
+    body = "\n".join([
+        line(0x00, "MOV R1, c[0x0][0x28]", 1),
+        line(0x10, "IGMMA.64x128x32.S8.S8 R92, gdesc[UR16], RZ, !UPT, gsb0", 2),
+        line(0x20, "QGMMA.64x136x32.F32.E4M3.E4M3 R24, R164, gdesc[UR16], RZ, !UPT, gsb0", 2),
+        line(0x30, "WARPGROUP.DEPBAR.LE gsb0, 0x1", 1),
+        line(0x40, "I2FP.F32.S32 R92, R92", 2),
+        line(0x50, "I2FP.F32.S32 R93, R93", 2),
+        line(0x60, "WARPGROUP.DEPBAR.LE gsb0, 0x0", 1),
+        line(0x70, "SHFL.BFLY PT, R26, R92, 0x1, 0x1f", 1, 0x1),
+        line(0x80, "FFMA R24, R24, R26, R93", 4, 0x2),
+        line(0x90, "@!P0 BRA 0x10", 5),
+        line(0xa0, "EXIT", 5)])
+    length, waits, parts = split(body)
+    got = [(label, n, stall, scoreboard) for label, n, stall, scoreboard, _ in parts]
+    want = [("to the wait for QK(j)", 2, 4, 0), ("while PV(j-1) runs (to its wait)", 3, 5, 0),
+            ("after PV(j-1) is done", 4, 11, 2)]
+    if (length, waits, got) != (9, 2, want):
+        sys.exit("self-test failed: %r" % ((length, waits, got),))
+    print("sass_tile_step self-test: passed")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("file", nargs="?")
     ap.add_argument("--kernel", default=DEFAULT_KERNEL)
+    ap.add_argument("--self-test", action="store_true", help="check the parsing on a made-up listing (no cuobjdump)")
     args = ap.parse_args()
+    if args.self_test:
+        return self_test()
     if not shutil.which("cuobjdump"):
         sys.exit("needs cuobjdump on PATH")
     with tempfile.TemporaryDirectory() as tmp:
         name, body = kernel_sass(args.file or compile_default(tmp), args.kernel)
-    ins = instructions(body)
-    loop = main_loop(ins)
-    if loop is None:
+    found = split(body)
+    if found is None:
         sys.exit("no loop with a wgmma in %s" % name)
-    waits = [k for k, x in enumerate(loop) if "WARPGROUP.DEPBAR" in x[1]]
+    length, waits, parts = found
     print("%s\n  main loop: %d instructions a tile step; highest register R%d; %d waits (WARPGROUP.DEPBAR)"
-          % (name, len(loop), max(int(r) for r in re.findall(r"\bR(\d+)\b", body)), len(waits)))
-    if not waits:
-        return
-    if len(waits) == 1:  # one wait for both GEMMs
-        parts = [("to the wait for QK(j) and PV(j-1)", 0, waits[0]),
-                 ("after both are done", waits[0], len(loop))]
-    else:
-        parts = [("to the wait for QK(j)", 0, waits[0]),
-                 ("while PV(j-1) runs (to its wait)", waits[0], waits[-1]),
-                 ("after PV(j-1) is done", waits[-1], len(loop))]
-    print("  (stall: the cycles ptxas holds the warp for fixed-latency dependences; waits: instructions that\n"
-          "   also wait on a scoreboard, for a variable-latency result: shuffles, MUFU, shared memory, barriers)")
-    for label, lo, hi in parts:
-        counts = collections.Counter(opcode(x[1]) for x in loop[lo:hi])
+          % (name, length, max(int(r) for r in re.findall(r"\bR(\d+)\b", body)), waits))
+    if parts:
+        print("  (stall: the cycles ptxas holds the warp for fixed-latency dependences; waits: instructions that\n"
+              "   also wait on a scoreboard, for a variable-latency result: shuffles, MUFU, shared memory, barriers)")
+    for label, n, stall, scoreboard, counts in parts:
         top = ", ".join("%s %d" % kv for kv in counts.most_common(8))
-        stall = sum(x[2] for x in loop[lo:hi])
-        waits = sum(x[3] for x in loop[lo:hi])
-        print("  %-34s %4d, stall %4d, waits %2d: %s" % (label, hi - lo, stall, waits, top))
+        print("  %-34s %4d, stall %4d, waits %2d: %s" % (label, n, stall, scoreboard, top))
 
 
 if __name__ == "__main__":
