@@ -100,7 +100,8 @@ def main():
             model.set_attention_backend(backend)
             timed(backend + " eager", model)
             outs[backend] = timed(backend + " compiled", compiled())
-            uncompile()
+            if args.regional:
+                uncompile()
         reset()
         if args.no_schedule:
             return report(row, card, args)

@@ -1,11 +1,14 @@
 """Where the D 128 attention kernel's tile step waits, from its SASS: the
 main loop's instructions before the wait for QK(j), between it and the
 wait for PV(j-1) (what runs while PV(j-1) is on the tensor cores), and
-after (what runs once it is done), by opcode, with the highest register
-the kernel uses. ptxas schedules the waits (WARPGROUP.DEPBAR) as early
-as a basic block allows, which need not be where the source waits.
+after (what runs once it is done; a step with one wait for both GEMMs
+splits in two), by opcode, with each part's stall cycles and scoreboard
+waits from the control words and the highest register the kernel uses.
+ptxas schedules the waits (WARPGROUP.DEPBAR) as early as a basic block
+allows, which need not be where the source waits.
 
     python3 tools/sass_tile_step.py [FILE] [--kernel SUBSTRING]
+    python3 tools/sass_tile_step.py --self-test    # the parsing, on a made-up listing
 
 FILE: a cubin or the built library (default: src/cuda/sm90/attention_d128_vc.cu
 compiled here with the build's flags; needs nvcc). Needs cuobjdump on PATH.

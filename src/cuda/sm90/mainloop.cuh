@@ -6,8 +6,9 @@
 // for PV(j-1) as early as its block allows, right after the score
 // conversions, so most of the softmax runs once PV(j-1) is done:
 // tools/sass_tile_step.py. Forcing the written order measured no faster.)
-// The two consumer warpgroups take turns at issuing (named barriers), so
-// one's softmax runs under the other's GEMMs.
+// The two consumer warpgroups take turns at issuing (named barriers) so that
+// one's softmax may run under the other's GEMMs; the cycle counts suggest
+// both pairs share the tensor cores instead (docs/perf-notes.md).
 // The per-tile steps: row_state.cuh; the slots it reads are filled by
 // produce() (producer.cuh).
 #pragma once
