@@ -1,7 +1,7 @@
 """vcattn as a diffusers attention backend, for every model whose attention
 processors go through diffusers' dispatcher (`dispatch_attention_fn`): Wan
 2.1/2.2 (both A14B experts), HunyuanVideo, HunyuanVideo-1.5, LTX-Video,
-SkyReels-V2, Flux and the other AttentionModuleMixin models.
+SkyReels-V2, Kandinsky 5, Flux and the other AttentionModuleMixin models.
 
     import vcattn.diffusers
     vcattn.diffusers.enable(pipe)                      # every transformer of the pipeline
@@ -495,6 +495,11 @@ def _rope_processors():
         found[hunyuan.HunyuanVideoAttnProcessor2_0] = HunyuanVideoRopeProcessor
     except (ImportError, AttributeError):
         pass
+    try:
+        from diffusers.models.transformers import transformer_kandinsky as kandinsky
+        found[kandinsky.Kandinsky5AttnProcessor] = Kandinsky5RopeProcessor
+    except (ImportError, AttributeError):
+        pass
     return found
 
 
@@ -695,6 +700,33 @@ class HunyuanVideo15Processor(_FusedRopeProcessor):
             hidden_states = hidden_states.masked_fill(~keep[:, :, None, None], 0)
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
         return _hunyuan_outputs(attn, hidden_states, text)
+
+
+class Kandinsky5RopeProcessor(_FusedRopeProcessor):
+    """diffusers' Kandinsky5AttnProcessor with the self-attention's RoPE
+    (the text blocks' and the visual blocks') applied inside vcattn's
+    quantizers. Kandinsky 5 gives each pair (2i, 2i+1) its rotation matrix
+    [[cos, -sin], [sin, cos]] ([B, S, 1, D/2, 2, 2], built alike for every
+    sample of the batch); its stock processor rounds the rotated q and k to
+    BF16, whatever the model's dtype, so the fused call differs from it by
+    that rounding. Cross-attention, sparse (NABLA) attention and tables of
+    another form run the stock processor."""
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, rotary_emb=None, sparse_params=None):
+        tables = None
+        head_dim = attn.to_query.out_features // attn.num_heads
+        if encoder_hidden_states is None and sparse_params is None and rotary_emb is not None and \
+                tuple(rotary_emb.shape[1:]) == (hidden_states.shape[1], 1, head_dim // 2, 2, 2):
+            tables = (rotary_emb[0, :, 0, :, 0, 0], rotary_emb[0, :, 0, :, 1, 0])
+        if tables is None:
+            return self.stock(attn, hidden_states, encoder_hidden_states, rotary_emb, sparse_params)
+        query, key, value = (projection(hidden_states).unflatten(2, (attn.num_heads, -1))
+                             for projection in (attn.to_query, attn.to_key, attn.to_value))
+        query = attn.query_norm(query.float()).type_as(query)
+        key = attn.key_norm(key.float()).type_as(key)
+        hidden_states = _route(True, query, key, value, None, 0.0, False, None, False, False,
+                               self._parallel_config, rope=tables)
+        return attn.out_layer(hidden_states.flatten(-2, -1))
 
 
 # ------------------------------------------------------------ steps and layer states
