@@ -170,6 +170,17 @@ if hasattr(diffusers, "Kandinsky5Transformer3DModel"):
                   visual_rope_pos=(torch.arange(2), torch.arange(8), torch.arange(8)), text_rope_pos=torch.arange(6))
     run("Kandinsky 5", m, inputs, 2)
     check_fused_rope("Kandinsky 5", m, inputs, vd.Kandinsky5RopeProcessor, 3, calls=2, stock_rounds=True)
+    # two samples: the visual blocks' tables are per sample, so their stock processor
+    # rotates; the text block's are one for the batch and stay fused
+    pair = {key: torch.cat([x, x]).to(device) if key in ("hidden_states", "encoder_hidden_states",
+                                                         "pooled_projections") else x for key, x in inputs.items()}
+    with torch.no_grad():
+        vd.set_backend(m, num_inference_steps=4)
+        r0 = vd.stats["vcattn:rope"]
+        m(**pair, return_dict=False)
+        vd.disable(m)
+    check(vd.stats["vcattn:rope"] - r0 == 1, "Kandinsky 5, two samples: %d calls brought RoPE tables, want 1"
+          % (vd.stats["vcattn:rope"] - r0))
 
 # Processors that call torch SDPA themselves: no backend reaches them; said so, not silently ignored.
 for cls, kwargs in (("CogVideoXTransformer3DModel", dict(num_attention_heads=2, attention_head_dim=16, in_channels=4,

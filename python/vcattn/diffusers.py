@@ -706,17 +706,17 @@ class Kandinsky5RopeProcessor(_FusedRopeProcessor):
     """diffusers' Kandinsky5AttnProcessor with the self-attention's RoPE
     (the text blocks' and the visual blocks') applied inside vcattn's
     quantizers. Kandinsky 5 gives each pair (2i, 2i+1) its rotation matrix
-    [[cos, -sin], [sin, cos]] ([B, S, 1, D/2, 2, 2], built alike for every
-    sample of the batch); its stock processor rounds the rotated q and k to
-    BF16, whatever the model's dtype, so the fused call differs from it by
-    that rounding. Cross-attention, sparse (NABLA) attention and tables of
-    another form run the stock processor."""
+    [[cos, -sin], [sin, cos]] ([B, S, 1, D/2, 2, 2]); its stock processor
+    rounds the rotated q and k to BF16, whatever the model's dtype, so the
+    fused call differs from it by that rounding. Cross-attention, sparse
+    (NABLA) attention, a batch of more than one sample (tables per sample)
+    and tables of another form run the stock processor."""
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, rotary_emb=None, sparse_params=None):
         tables = None
         head_dim = attn.to_query.out_features // attn.num_heads
         if encoder_hidden_states is None and sparse_params is None and rotary_emb is not None and \
-                tuple(rotary_emb.shape[1:]) == (hidden_states.shape[1], 1, head_dim // 2, 2, 2):
+                tuple(rotary_emb.shape) == (1, hidden_states.shape[1], 1, head_dim // 2, 2, 2):
             tables = (rotary_emb[0, :, 0, :, 0, 0], rotary_emb[0, :, 0, :, 1, 0])
         if tables is None:
             return self.stock(attn, hidden_states, encoder_hidden_states, rotary_emb, sparse_params)
