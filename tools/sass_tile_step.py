@@ -9,6 +9,16 @@ allows, which need not be where the source waits.
 
     python3 tools/sass_tile_step.py [FILE] [--kernel SUBSTRING]
     python3 tools/sass_tile_step.py --self-test    # the parsing, on a made-up listing
+    python3 tools/sass_tile_step.py --check LIB    # the machine-code rules, for ctest
+
+--check reads every attention kernel of a built library and fails unless
+each ExpCast kernel's tile step has no exponential per element (at most the
+two rows' MUFU.EX2 for the rescale factors) and no F2I or I2F (the XU pipe's
+conversions; F2IP and I2FP run on the ALU), and no attention
+kernel uses local memory (spills); as a control, a kernel that takes the
+exponentials (sage2's) must show at least 64 MUFU.EX2 a step. Exits 77
+(skipped) without cuobjdump (PATH, or the nvidia-cuda-cuobjdump and
+nvidia-cuda-nvdisasm wheels) or without sm_90a kernels in the library.
 
 FILE: a cubin or the built library (default: src/cuda/sm90/attention_d128_vc.cu
 compiled here with the build's flags; needs nvcc). Needs cuobjdump on PATH.
@@ -34,12 +44,85 @@ def compile_default(tmp):
     return out
 
 
-def kernel_sass(path, kernel):
+def functions(path):
+    """(name, SASS body) of every kernel in a cubin or library."""
     sass = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout
-    for body in re.split(r"\n\s*Function : ", sass)[1:]:
-        if kernel in body.split("\n")[0]:
-            return body.split("\n")[0].strip(), body
+    return [(body.split("\n")[0].strip(), body) for body in re.split(r"\n\s*Function : ", sass)[1:]]
+
+
+def kernel_sass(path, kernel):
+    for name, body in functions(path):
+        if kernel in name:
+            return name, body
     sys.exit("no kernel matching %r in %s" % (kernel, path))
+
+
+def find_cuobjdump():
+    """Puts cuobjdump (and the nvdisasm it runs) on PATH: the toolkit's, or
+    the NVIDIA wheels' (nvidia/cu13/bin); False if neither is there."""
+    if shutil.which("cuobjdump"):
+        return True
+    try:
+        import nvidia  # the namespace package of the nvidia-cuda-* wheels
+    except ImportError:
+        return False
+    for root in nvidia.__path__:
+        for sub in ("cu13", "cu12", "cuda_cuobjdump"):
+            bin_dir = os.path.join(root, sub, "bin")
+            if os.path.exists(os.path.join(bin_dir, "cuobjdump")):
+                os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+                return shutil.which("nvdisasm") is not None
+    return False
+
+
+EXPCAST_KERNEL = re.compile(r"vc_attention(_wg)?_kernelILi(64|128)ELb1E")  # template <D, EXPCAST = true, ...>
+EXP_KERNEL = re.compile(r"vc_attention(_wg)?_kernelILi(64|128)ELb0ELb0E")  # sage2's: exponentials, no V-Smooth
+
+
+def check_rules(funcs):
+    """The machine-code rules over (name, body) pairs: a list of violations,
+    and how many ExpCast kernels were read."""
+    bad, expcast, control = [], 0, 0
+    for name, body in funcs:
+        if "vc_attention" not in name:
+            continue
+        ins = instructions(body)
+        local = sum(1 for x in ins if opcode(x[1]) in ("LDL", "STL"))
+        if local:
+            bad.append("%s: %d local-memory instructions (spills)" % (name, local))
+        loop = main_loop(ins)
+        if EXPCAST_KERNEL.search(name):
+            expcast += 1
+            if loop is None:
+                bad.append("%s: no tile step with a wgmma found" % name)
+                continue
+            ex2 = sum(1 for x in loop if "MUFU.EX2" in x[1])
+            xu = collections.Counter(opcode(x[1]) for x in loop if opcode(x[1]) in ("F2I", "I2F"))
+            if ex2 > 2 or xu:
+                bad.append("%s: %d MUFU.EX2 a tile step (ExpCast allows 2), %s" % (name, ex2, dict(xu) or "no F2I/I2F"))
+        elif EXP_KERNEL.search(name) and loop is not None:
+            control = max(control, sum(1 for x in loop if "MUFU.EX2" in x[1]))
+    if expcast and control < 64:
+        bad.append("control: no kernel that takes the exponentials shows 64 MUFU.EX2 a step (%d): "
+                   "the count cannot be trusted" % control)
+    return bad, expcast
+
+
+def check(path):
+    if not find_cuobjdump():
+        print("sass check: skipped (no cuobjdump and nvdisasm: the toolkit's, or pip install "
+              "nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+        sys.exit(77)
+    bad, expcast = check_rules(functions(path))
+    if not expcast:
+        print("sass check: skipped (no sm_90a ExpCast kernels in %s: built without CUDA?)" % path)
+        sys.exit(77)
+    for line in bad:
+        print("FAIL:", line)
+    if bad:
+        sys.exit(1)
+    print("sass check: %d ExpCast kernels, no exponential, F2I or I2F per element, no spills in the attention kernels"
+          % expcast)
 
 
 def instructions(body):
@@ -121,6 +204,27 @@ def self_test():
             ("after PV(j-1) is done", 4, 11, 2)]
     if (length, waits, got) != (9, 2, want):
         sys.exit("self-test failed: %r" % ((length, waits, got),))
+
+    # The rules of --check: an ExpCast kernel's step with the two rows' EX2
+    # passes; one more EX2, an F2I or a spill fails; so does a control kernel
+    # without its per-element exponentials.
+    def kernel(extra=(), ex2=2):
+        lines = [line(0x10, "IGMMA.64x128x32.S8.S8 R92, gdesc[UR16], RZ, !UPT, gsb0", 2)]
+        lines += [line(0x20 + 0x10 * i, "MUFU.EX2 R%d, R%d" % (i, i), 2) for i in range(ex2)]
+        lines += [line(0x1000 + 0x10 * i, text, 2) for i, text in enumerate(extra)]
+        return "\n".join(lines + [line(0x2000, "@!P0 BRA 0x10", 5), line(0x2010, "EXIT", 5)])
+    vc, sage2 = "vc_attention_kernelILi128ELb1ELb1ELb0Ef", "vc_attention_kernelILi128ELb0ELb0ELb0Ef"
+    cases = [([(vc, kernel()), (sage2, kernel(ex2=64))], 0),
+             ([(vc, kernel(ex2=3)), (sage2, kernel(ex2=64))], 1),
+             ([(vc, kernel(["F2I.S32 R1, R2"])), (sage2, kernel(ex2=64))], 1),
+             ([(vc, kernel(["I2F.F32.S32 R1, R2", "I2FP.F32.S32 R3, R4"])), (sage2, kernel(ex2=64))], 1),
+             ([(vc, kernel(["I2FP.F32.S32 R3, R4", "F2IP.U8.F32.NTZ R5, R6, R7, RZ"])), (sage2, kernel(ex2=64))], 0),
+             ([(vc, kernel(["STL [R1], R2"])), (sage2, kernel(ex2=64))], 1),
+             ([(vc, kernel()), (sage2, kernel(ex2=8))], 1)]
+    for funcs, violations in cases:
+        bad, expcast = check_rules(funcs)
+        if len(bad) != violations or expcast != 1:
+            sys.exit("self-test failed: the rules gave %r" % (bad,))
     print("sass_tile_step self-test: passed")
 
 
@@ -129,9 +233,12 @@ def main():
     ap.add_argument("file", nargs="?")
     ap.add_argument("--kernel", default=DEFAULT_KERNEL)
     ap.add_argument("--self-test", action="store_true", help="check the parsing on a made-up listing (no cuobjdump)")
+    ap.add_argument("--check", metavar="LIB", help="the machine-code rules over a built library (exit 77: skipped)")
     args = ap.parse_args()
     if args.self_test:
         return self_test()
+    if args.check:
+        return check(args.check)
     if not shutil.which("cuobjdump"):
         sys.exit("needs cuobjdump on PATH")
     with tempfile.TemporaryDirectory() as tmp:
