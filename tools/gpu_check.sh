@@ -44,6 +44,8 @@ cuobjdump --dump-sass "$BUILD/libvcattn.so" |
     grep -oE "IGMMA|QGMMA|MUFU\.[A-Z0-9]+|F2I[A-Z0-9.]*|I2F[A-Z0-9.]*|FFMA\.SAT|PRMT|LDL|STL" | sort | uniq -c |
     tee "$out/sass.txt"
 python3 tools/sass_tile_step.py "$BUILD/libvcattn.so" | tee -a "$out/sass.txt"
+python3 tools/sass_tile_step.py --check "$BUILD/libvcattn.so" | tee -a "$out/sass.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
 if [ "$quick" != "--quick" ]; then
