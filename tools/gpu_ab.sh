@@ -14,6 +14,10 @@
 # Logs go to OUT_DIR (ab.log streams as it runs: what ran before a time
 # limit stays).
 #   bash tools/gpu_ab.sh BASE_TREE CHANGED_TREE [MORE_CHANGED_TREES...] [OUT_DIR]
+# AB_KERNELS_ONLY=N: only the attention kernel of each tree (the "split:"
+# line of one profiled call, a LongCat plain step and a 4,608-token drop-in
+# call), the trees in turn for N rounds, from the plain-launch builds alone:
+# five trees in about four minutes, to pick which changes deserve the whole run.
 # Trees are source folders, e.g. from `git archive main | tar -x -C /tmp/base`;
 # a last argument that is not one (no CMakeLists.txt) names OUT_DIR.
 set -uo pipefail
@@ -33,6 +37,28 @@ build() {  # tree build_dir cuda_flags targets...
     local tree=$1 dir=$2 flags=$3; shift 3
     cmake -S "$tree" -B "$tree/$dir" -DCMAKE_BUILD_TYPE=Release -DVCATTN_CUDA=ON -DCMAKE_CUDA_FLAGS="$flags" \
         >/dev/null && cmake --build "$tree/$dir" -j "$jobs" --target "$@" >/dev/null
+}
+
+kernels_only() {
+    nvidia-smi -L; date -u
+    local t0=$SECONDS pids=() i round tree shape
+    for i in "${!trees[@]}"; do
+        build "${trees[$i]}" build-plain -DVCATTN_PLAIN_LAUNCHES vcattn >"$out/build-plain-$i.log" 2>&1 & pids+=($!)
+    done
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}" || { echo "build of ${trees[$i]} failed (build-plain-$i.log)"; return 1; }
+    done
+    echo "== built in $((SECONDS - t0)) s"
+    for ((round = 1; round <= AB_KERNELS_ONLY; round++)); do
+        for tree in "${trees[@]}"; do
+            for shape in longcat-480p flux-4608; do
+                local extra=""; [ "$shape" = flux-4608 ] && extra=--drop-in
+                echo "round $round $shape $tree: $(python3 "$checked/bench/profile_call.py" --shape "$shape" $extra \
+                    --lib "$tree/build-plain/libvcattn.so" --kernels 2>&1 | grep '^split:')"
+            done
+        done
+    done
+    echo "== done in $((SECONDS - t0)) s"
 }
 
 main() {
@@ -82,4 +108,9 @@ main() {
     echo "== test_extreme, test_concurrency"; "$C/test_extreme" 2>&1 | tail -1; "$C/test_concurrency" 2>&1 | tail -1
     echo "== done in $((SECONDS - t0)) s"
 }
-main 2>&1 | tee "$out/ab.log"
+if [ "${AB_KERNELS_ONLY:-0}" -gt 0 ]; then
+    jobs=$(( $(nproc) / ${#trees[@]} )); [ "$jobs" -ge 1 ] || jobs=1
+    kernels_only 2>&1 | tee "$out/ab.log"
+else
+    main 2>&1 | tee "$out/ab.log"
+fi
