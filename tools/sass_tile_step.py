@@ -21,7 +21,7 @@ exponentials (sage2's) must show at least 64 MUFU.EX2 a step. Exits 77
 nvidia-cuda-nvdisasm wheels) or without sm_90a kernels in the library.
 
 FILE: a cubin or the built library (default: src/cuda/sm90/attention_d128_vc.cu
-compiled here with the build's flags; needs nvcc). Needs cuobjdump on PATH.
+compiled here with the build's flags; needs nvcc). Needs cuobjdump (as --check finds it).
 The default kernel is vc's at head dim 128 with bf16 output, no Q smoothing.
 """
 import argparse
@@ -206,8 +206,8 @@ def self_test():
         sys.exit("self-test failed: %r" % ((length, waits, got),))
 
     # The rules of --check: an ExpCast kernel's step with the two rows' EX2
-    # passes; one more EX2, an F2I or a spill fails; so does a control kernel
-    # without its per-element exponentials.
+    # passes; one more EX2, an F2I or I2F (not F2IP or I2FP) or a spill fails;
+    # so does a control kernel without its per-element exponentials.
     def kernel(extra=(), ex2=2):
         lines = [line(0x10, "IGMMA.64x128x32.S8.S8 R92, gdesc[UR16], RZ, !UPT, gsb0", 2)]
         lines += [line(0x20 + 0x10 * i, "MUFU.EX2 R%d, R%d" % (i, i), 2) for i in range(ex2)]
@@ -239,8 +239,8 @@ def main():
         return self_test()
     if args.check:
         return check(args.check)
-    if not shutil.which("cuobjdump"):
-        sys.exit("needs cuobjdump on PATH")
+    if not find_cuobjdump():
+        sys.exit("needs cuobjdump and nvdisasm: the toolkit's, or pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
     with tempfile.TemporaryDirectory() as tmp:
         name, body = kernel_sass(args.file or compile_default(tmp), args.kernel)
     found = split(body)
