@@ -39,16 +39,27 @@ build() {  # tree build_dir cuda_flags targets...
         >/dev/null && cmake --build "$tree/$dir" -j "$jobs" --target "$@" >/dev/null
 }
 
-kernels_only() {
-    nvidia-smi -L; date -u
-    local t0=$SECONDS pids=() i round tree shape
+build_trees() {  # full: each tree's regular build too (the checked tree with its tests), beside the plain-launch one
+    local full=$1 t0=$SECONDS pids=() logs=() i
     for i in "${!trees[@]}"; do
-        build "${trees[$i]}" build-plain -DVCATTN_PLAIN_LAUNCHES vcattn >"$out/build-plain-$i.log" 2>&1 & pids+=($!)
+        if [ "$full" = 1 ]; then
+            local targets=vcattn
+            [ "${trees[$i]}" = "$checked" ] && targets="vcattn test_cuda test_extreme test_concurrency"
+            build "${trees[$i]}" build "" $targets >"$out/build-$i.log" 2>&1 & pids+=($!) logs+=("build-$i.log")
+        fi
+        build "${trees[$i]}" build-plain -DVCATTN_PLAIN_LAUNCHES vcattn >"$out/build-plain-$i.log" 2>&1 &
+        pids+=($!) logs+=("build-plain-$i.log")
     done
     for i in "${!pids[@]}"; do
-        wait "${pids[$i]}" || { echo "build of ${trees[$i]} failed (build-plain-$i.log)"; return 1; }
+        wait "${pids[$i]}" || { echo "a build failed (${logs[$i]})"; return 1; }
     done
     echo "== built in $((SECONDS - t0)) s"
+}
+
+kernels_only() {
+    nvidia-smi -L; date -u
+    local t0=$SECONDS round tree shape
+    build_trees 0 || return 1
     for ((round = 1; round <= AB_KERNELS_ONLY; round++)); do
         for tree in "${trees[@]}"; do
             for shape in longcat-480p flux-4608; do
@@ -63,17 +74,8 @@ kernels_only() {
 
 main() {
     nvidia-smi -L; date -u
-    local t0=$SECONDS C="$checked/build" pids=() i
-    for i in "${!trees[@]}"; do
-        local targets=vcattn
-        [ "${trees[$i]}" = "$checked" ] && targets="vcattn test_cuda test_extreme test_concurrency"
-        build "${trees[$i]}" build "" $targets >"$out/build-$i.log" 2>&1 & pids+=($!)
-        build "${trees[$i]}" build-plain -DVCATTN_PLAIN_LAUNCHES vcattn >"$out/build-plain-$i.log" 2>&1 & pids+=($!)
-    done
-    for i in "${!pids[@]}"; do
-        wait "${pids[$i]}" || { echo "build of ${trees[$((i / 2))]} failed (build*-$((i / 2)).log)"; return 1; }
-    done
-    echo "== built in $((SECONDS - t0)) s"
+    local t0=$SECONDS C="$checked/build" i
+    build_trees 1 || return 1
     echo "== test_cuda (quick)"
     VCATTN_TEST_QUICK=1 "$C/test_cuda" >"$out/test_cuda.log" 2>&1; echo "rc=$?"; tail -1 "$out/test_cuda.log"
     echo "== test_cuda -k probe"; "$C/test_cuda" -k probe 2>&1 | tail -1
