@@ -10,8 +10,9 @@ Effective TFLOP/s = 4 B H Nq Nk D / t; medians of CUDA-event timings after
 warm-up. Inputs are far larger than the 60 MB L2 at every shape, so no input
 rotation is needed for the long sequences.
 
-Columns: vc kernel = the attention kernel alone (its CUPTI duration from the
-torch profiler, quantized inputs ready); vc call = the whole call on a plain
+Columns: vc kernel = the attention kernel alone (its CUPTI span from the
+torch profiler, quantized inputs ready, from the end of the kernel before it:
+a chained launch starts early and waits); vc call = the whole call on a plain
 step (grouping reused: quantization + attention); grouping = a call that runs
 k-means from the previous centroids (warm, 5 iterations); drop-in = a call
 without a layer state (V-Smooth's blocks in the principal order, no k-means);
@@ -39,8 +40,8 @@ from needs import torch_or_exit  # noqa: E402
 
 torch = torch_or_exit("bench_attention")
 from vcattn import _capi  # noqa: E402
-from timing import (median_ms, medians_interleaved_ms, paired_ratio, ratio_text, round_order,  # noqa: E402
-                    times_interleaved_ms)
+from timing import (median_ms, medians_interleaved_ms, own_spans, paired_ratio, ratio_text,  # noqa: E402
+                    round_order, times_interleaved_ms)
 
 SHAPES = {  # name: (B, H, N, D)
     "wan2.2-720p": (1, 40, 75600, 128),
@@ -140,14 +141,15 @@ def profiled(fn, reps, warmup=True):
 
 
 def kernel_ms(fn, reps, name="vc_attention"):
-    """Median CUPTI duration of the kernels whose name contains `name`."""
-    events = profiled(fn, reps)
-    times = [e.device_time / 1e3 for e in events if name in e.name and e.device_time > 0]
-    other = [e for e in events if e.device_time > 0 and name not in e.name]
+    """Median own time (own_spans) of the kernels whose name contains
+    `name`, and the mean own time per call of every other operation by kind."""
+    spans = own_spans(profiled(fn, reps))
+    times = [t / 1e3 for e, t in spans if name in e.name]
     pre = {}
-    for e in other:
-        found = re.findall(r"(\w+_kernel|Memcpy \w+|Memset)", e.name)
-        pre.setdefault(found[0] if found else e.name[:40], []).append(e.device_time / 1e3)
+    for e, t in spans:
+        if name not in e.name:
+            found = re.findall(r"(\w+_kernel|Memcpy \w+|Memset)", e.name)
+            pre.setdefault(found[0] if found else e.name[:40], []).append(t / 1e3)
     return (statistics.median(times) if times else float("nan")), {k: sum(v) / reps for k, v in pre.items()}
 
 

@@ -1,7 +1,7 @@
 """The grouping step on the GPU: a warm k-means refresh call (step 4 of a
 40-step schedule) against a plain call (step 5, permutation reused), and the
-refresh call's device time per kernel (bench_attention.kernel_ms: CUPTI
-durations over 3 calls).
+refresh call's device time per kernel (bench_attention.kernel_ms: each
+kernel's CUPTI span after the operations before it ended, over 3 calls).
 
 With several builds (--libs A,B,...) every build runs on the same inputs in
 one process and the refresh calls' outputs are compared bit for bit with the

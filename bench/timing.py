@@ -1,5 +1,6 @@
 """Median wall time of a callable: CUDA events on the GPU, perf_counter on the CPU;
-two ways to do one thing timed in turn, and their ratio round by round."""
+two ways to do one thing timed in turn, and their ratio round by round; each
+GPU operation's own time in a profile."""
 import math
 import random
 import statistics
@@ -85,3 +86,17 @@ def ratio_text(ratio):
     if math.isnan(lo):
         return "%+.2f%% (too few rounds for an interval)" % (100 * (mid - 1))
     return "%+.2f%% (95%% interval %+.2f to %+.2f%%)" % (100 * (mid - 1), 100 * (lo - 1), 100 * (hi - 1))
+
+
+def own_spans(events):
+    """Each GPU operation among events with its own time in µs: the part of
+    its CUPTI span after every operation that started before it has ended. A
+    chained launch (programmatic dependent launch) starts early and waits for
+    the kernel before it, so its whole span overstates what it adds."""
+    ops = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0),
+                 key=lambda e: e.time_range.start)
+    covered, spans = float("-inf"), []
+    for e in ops:
+        spans.append((e, max(0.0, e.time_range.end - max(e.time_range.start, covered))))
+        covered = max(covered, e.time_range.end)
+    return spans
