@@ -40,7 +40,7 @@ from needs import torch_or_exit  # noqa: E402
 
 torch = torch_or_exit("bench_attention")
 from vcattn import _capi  # noqa: E402
-from timing import (median_ms, medians_interleaved_ms, own_spans, paired_ratio, ratio_text,  # noqa: E402
+from timing import (gpu_gaps, median_ms, medians_interleaved_ms, own_spans, paired_ratio, ratio_text,  # noqa: E402
                     round_order, times_interleaved_ms)
 
 SHAPES = {  # name: (B, H, N, D)
@@ -157,23 +157,6 @@ def gpu_ms(fn, reps, warmup=True):
     """The GPU time of one call: every kernel, copy and set it runs (CUPTI), summed, averaged over reps."""
     from torch.autograd import DeviceType
     return sum(e.device_time for e in profiled(fn, reps, warmup) if e.device_type == DeviceType.CUDA) / 1e3 / reps
-
-
-def gpu_gaps(events, leave_out=()):
-    """The GPU operations among events (but those named in leave_out) in
-    start order, each with the idle time before it (0 where another still
-    runs: side streams overlap), and the span in µs from the first start to
-    the last end; the GPU was busy for the span less the gaps."""
-    from torch.autograd import DeviceType
-    ops = sorted((e for e in events if e.device_type == DeviceType.CUDA and e.name not in leave_out),
-                 key=lambda e: e.time_range.start)
-    if not ops:
-        return [], 0.0
-    covered, timed = ops[0].time_range.start, []
-    for e in ops:
-        timed.append((e, max(0.0, e.time_range.start - covered)))
-        covered = max(covered, e.time_range.end)
-    return timed, covered - ops[0].time_range.start
 
 
 def gpu_ms_interleaved(fns, reps):

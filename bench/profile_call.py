@@ -19,7 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from needs import torch_or_exit  # noqa: E402
 
 torch = torch_or_exit("profile_call")
-from bench_attention import SHAPES, Vcattn, gpu_gaps, profiled  # noqa: E402
+from bench_attention import SHAPES, Vcattn, profiled  # noqa: E402
+from timing import gpu_gaps  # noqa: E402
 
 
 def print_timeline(prof):

@@ -88,15 +88,33 @@ def ratio_text(ratio):
     return "%+.2f%% (95%% interval %+.2f to %+.2f%%)" % (100 * (mid - 1), 100 * (lo - 1), 100 * (hi - 1))
 
 
-def own_spans(events):
-    """Each GPU operation among events with its own time in µs: the part of
-    its CUPTI span after every operation that started before it has ended. A
-    chained launch (programmatic dependent launch) starts early and waits for
-    the kernel before it, so its whole span overstates what it adds."""
-    ops = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0),
+def gpu_sweep(events, leave_out=()):
+    """The GPU operations among events (but those named in leave_out) in
+    start order, each with the idle time before it (0 where another still
+    runs: side streams overlap) and its own time: the part of its CUPTI span
+    after every operation that started before it has ended. Also the span in
+    µs from the first start to the last end; the GPU was busy for the span
+    less the gaps."""
+    ops = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and e.name not in leave_out),
                  key=lambda e: e.time_range.start)
-    covered, spans = float("-inf"), []
+    if not ops:
+        return [], 0.0
+    covered, rows = ops[0].time_range.start, []
     for e in ops:
-        spans.append((e, max(0.0, e.time_range.end - max(e.time_range.start, covered))))
-        covered = max(covered, e.time_range.end)
-    return spans
+        start, end = e.time_range.start, e.time_range.end
+        rows.append((e, max(0.0, start - covered), max(0.0, end - max(start, covered))))
+        covered = max(covered, end)
+    return rows, covered - ops[0].time_range.start
+
+
+def gpu_gaps(events, leave_out=()):
+    """gpu_sweep's operations with the idle time before each, and the span."""
+    rows, span = gpu_sweep(events, leave_out)
+    return [(e, gap) for e, gap, _ in rows], span
+
+
+def own_spans(events):
+    """Each GPU operation with its own time in µs (gpu_sweep). A chained
+    launch (programmatic dependent launch) starts early and waits for the
+    kernel before it, so its whole span overstates what it adds."""
+    return [(e, own) for e, _, own in gpu_sweep(events)[0] if e.device_time > 0]

@@ -66,22 +66,26 @@ assert got == (28.3, 42.5, 42.5, 17.7, 31.9), got
 assert match("vc_attention_kernel<128>", t) is None and peak_tbps("NVIDIA H200") == 4.8 and peak_tbps("A100") is None
 PY
 tally byte_bound $?
-# The kernel column's own time: a chained kernel's span counts from the end
-# of what ran before it (here the attention kernel starts at 50, its
+# One sweep of a profile: a chained kernel's own time counts from the end of
+# what ran before it (here the attention kernel starts at 50, its
 # predecessor ends at 100: 900 of its 950), an operation inside another's
-# span adds nothing.
+# span adds nothing; the idle gaps (200 before the second attention kernel)
+# and the span come from the same sweep.
 "$py" - "$src/bench" <<'PY'
 import sys, types
 sys.path.insert(0, sys.argv[1])
 from torch.autograd import DeviceType
-from timing import own_spans
+from timing import gpu_gaps, own_spans
 op = lambda name, a, b: types.SimpleNamespace(name=name, device_type=DeviceType.CUDA, device_time=b - a,
                                               time_range=types.SimpleNamespace(start=a, end=b))
-got = [(e.name, t) for e, t in own_spans([op("vc_attention_kernel", 50, 1000), op("v_encode_kernel", 0, 100),
-                                          op("reset_call_kernel", 900, 910), op("vc_attention_kernel", 1200, 2000)])]
+events = [op("vc_attention_kernel", 50, 1000), op("v_encode_kernel", 0, 100), op("reset_call_kernel", 900, 910),
+          op("vc_attention_kernel", 1200, 2000)]
+got = [(e.name, t) for e, t in own_spans(events)]
 assert got == [("v_encode_kernel", 100), ("vc_attention_kernel", 900), ("reset_call_kernel", 0),
                ("vc_attention_kernel", 800)], got
+timed, span = gpu_gaps(events)
+assert [gap for _, gap in timed] == [0, 0, 0, 200] and span == 2000, (timed, span)
 PY
-tally timing.own_spans $?
+tally timing.gpu_sweep $?
 echo "bench_smoke: $passed passed, $failed failed"
 [ $failed = 0 ]
