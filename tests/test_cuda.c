@@ -10,7 +10,8 @@
  * 4097), Nq != Nk, B = 2, GQA, the [B,N,H,D] layout, strided views, fp16/bf16
  * inputs and outputs, RoPE and the Hadamard, near-zero value tokens (the
  * sink guard), and more (batch, head) pairs than one grid dimension holds. Then the layer schedule (same permutation as
- * the CPU), device-resident tensors, and bad input. VCATTN_TEST_QUICK=1 keeps
+ * the CPU), V blocks on the thresholds that decide whether a block keeps its mean, device-resident tensors, and bad
+ * input. VCATTN_TEST_QUICK=1 keeps
  * the shapes of at most 1000 tokens and 16 (batch, head) pairs: every kernel
  * and variant still runs, small enough for the compute-sanitizer tools. */
 #include "testlib.h"
@@ -418,6 +419,70 @@ static int64_t code_diffs(const void *a, const void *b, int64_t n, int is_int8, 
         if (x != y) { count++; if (abs(x - y) > *worst) *worst = abs(x - y); }
     }
     return count;
+}
+
+/* V blocks built to sit on V-Smooth's thresholds, in their own order (a layer
+ * holding the identity permutation), F32: whether such a block keeps its
+ * mean hangs on the last bits of its energies, summed in double in the
+ * CPU's order, so the GPU's means must agree with the CPU's bit for bit
+ * here too. Head 0, blocks of 128 tokens: A, a mean with
+ * exactly 2% of the block's energy (kept); B, the same plus 0.5 of energy
+ * (dropped); C, a pair of tokens whose energy equals the sink guard's bound
+ * (kept); D, the same a float below it (dropped). Head 1: head 0 times 2^66,
+ * whose squares overflow float (not double). */
+static void run_energy_edges(vcattn_context *cpu, vcattn_context *gpu) {
+    shape_t s = {"V energies at the thresholds", 1, 2, 2, 128, 512, 128, 0, 0, VCATTN_DTYPE_F32, 0, "vc", 0};
+    inputs_t in;
+    make_inputs(&s, &in);
+    vcattn_config cfg = method_config("vc");
+    cfg.vsmooth_probe_rows = 0;  /* the plain block mean: exact here */
+    cfg.sink_guard = 0.25f;
+    float *v = (float *)in.vd;
+    memset(v, 0, (size_t)(2 * s.nk * s.d) * sizeof(float));
+    static const float ch3[4] = {1.0f, 3.0f, -1.0f, -3.0f};
+    for (int64_t i = 0; i < s.nk; i++) {  /* groups of 4 tokens: mean (5, 0, ...), energy 1250 a token */
+        float *row = v + i * s.d;
+        const int64_t block = i / 128, k = i % 4;
+        row[0] = 5.0f;
+        row[1] = k % 2 ? -34.0f : 34.0f;
+        row[2] = k % 2 ? -8.0f : 8.0f;
+        row[3] = ch3[k];
+        if (block == 1 && i % 128 < 4 && k % 2 == 0) row[4] = k ? -0.5f : 0.5f;
+        if (block >= 2 && i % 128 >= 124) {  /* two tokens of energy x^2, two of 100 */
+            const float x = block == 2 ? 1.25f : nextafterf(1.25f, 0.0f);  /* 0.25^2 |mean|^2 = 1.5625 */
+            memset(row, 0, (size_t)s.d * sizeof(float));
+            if (k < 2) row[1] = k ? -x : x;
+            else row[0] = 10.0f;
+        }
+    }
+    for (int64_t i = 0; i < s.nk * s.d; i++) v[s.nk * s.d + i] = ldexpf(v[i], 66);
+    int32_t *perm = malloc((size_t)(2 * s.nk) * sizeof(int32_t));
+    for (int64_t i = 0; i < 2 * s.nk; i++) perm[i] = (int32_t)(i % s.nk);
+    vcattn_layer *layer = layer_with_perm(&s, &cfg, perm);
+    vcattn_quantized c = alloc_quantized(&s), g = alloc_quantized(&s);
+    vcattn_call call;
+    vcattn_resolve_call(&cfg, &in.q, &in.k, layer, &call);
+    vcattn_status a = cpu_quantize_for_test(cpu, &call, &in.q, &in.k, &in.v, NULL, &c);
+    vcattn_status b = cuda_quantize_for_test(gpu, &call, &in.q, &in.k, &in.v, NULL, &g);
+    CHECK(a == VCATTN_OK && b == VCATTN_OK, "energy edges: quantize for test: %s", vcattn_last_error(gpu));
+    if (!a && !b) {
+        static const int kept[4] = {1, 0, 1, 0};
+        for (int64_t blk = 0; blk < 8; blk++) {
+            int nonzero = 0;
+            for (int64_t i = 0; i < s.d; i++) nonzero |= c.v_mean[blk * s.d + i] != 0.0f;
+            CHECK(nonzero == kept[blk % 4], "energy edges: the CPU %s block %lld's mean", nonzero ? "kept" : "dropped",
+                  (long long)blk);
+        }
+        int worst;
+        const int64_t dv = code_diffs(g.v_codes, c.v_codes, 2 * s.nk * s.d, 0, &worst);
+        CHECK(dv == 0 && max_rel(g.v_scale, c.v_scale, 2 * s.d) == 0.0 &&
+              memcmp(g.v_mean, c.v_mean, (size_t)(8 * s.d) * sizeof(float)) == 0,
+              "energy edges: V codes (%lld differ), scales or means differ from the CPU's", (long long)dv);
+    }
+    free_quantized(&c); free_quantized(&g);
+    vcattn_layer_destroy(layer);
+    free(perm);
+    free_inputs(&in);
 }
 
 /* Tokens that two orders place in different 128-row blocks. */
@@ -872,6 +937,7 @@ int main(int argc, char **argv) {
     }
     TL_RUN(run_schedule(cpu, gpu));
     TL_RUN(run_huge_grouping(cpu, gpu));
+    TL_RUN(run_energy_edges(cpu, gpu));
     TL_RUN(run_order_choice(cpu, gpu));
     TL_RUN(run_bad_input(gpu));
     TL_RUN(run_expcast_min_keys(gpu));
