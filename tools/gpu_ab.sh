@@ -18,6 +18,8 @@
 # line of one profiled call, a LongCat plain step and a 4,608-token drop-in
 # call), the trees in turn for N rounds, from the plain-launch builds alone:
 # five trees in about four minutes, to pick which changes deserve the whole run.
+# With AB_KERNELS="V statistics|K rows" (bench/byte_bound.py's labels) also
+# those preprocessing kernels' lines of the same profiles.
 # Trees are source folders, e.g. from `git archive main | tar -x -C /tmp/base`;
 # a last argument that is not one (no CMakeLists.txt) names OUT_DIR.
 set -uo pipefail
@@ -63,9 +65,12 @@ kernels_only() {
     for ((round = 1; round <= AB_KERNELS_ONLY; round++)); do
         for tree in "${trees[@]}"; do
             for shape in longcat-480p flux-4608; do
-                local extra=""; [ "$shape" = flux-4608 ] && extra=--drop-in
-                echo "round $round $shape $tree: $(python3 "$checked/bench/profile_call.py" --shape "$shape" $extra \
-                    --lib "$tree/build-plain/libvcattn.so" --kernels 2>&1 | grep '^split:')"
+                local extra="" log; [ "$shape" = flux-4608 ] && extra=--drop-in
+                log=$(python3 "$checked/bench/profile_call.py" --shape "$shape" $extra \
+                    --lib "$tree/build-plain/libvcattn.so" --kernels 2>&1)
+                echo "round $round $shape $tree: $(grep '^split:' <<<"$log")"
+                # the µs of the preprocessing kernels named (byte_bound.py's labels), e.g. "V statistics|K rows"
+                [ -z "${AB_KERNELS:-}" ] || grep -E "^(${AB_KERNELS}):" <<<"$log" | awk '{printf "    %s\n", $0}'
             done
         done
     done
