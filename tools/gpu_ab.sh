@@ -10,7 +10,8 @@
 # with plain launches, -DVCATTN_PLAIN_LAUNCHES: a chained kernel's span
 # would include its wait), and a burst of public calls at 4,608 tokens.
 # Several changed trees (a change in steps) cost one machine start instead
-# of one each.
+# of one each. Each check runs under a 5-minute limit (rc 124: a hang, e.g.
+# a kernel waiting on a barrier that never completes).
 # Logs go to OUT_DIR (ab.log streams as it runs: what ran before a time
 # limit stays).
 #   bash tools/gpu_ab.sh BASE_TREE CHANGED_TREE [MORE_CHANGED_TREES...] [OUT_DIR]
@@ -82,8 +83,8 @@ main() {
     local t0=$SECONDS C="$checked/build" i
     build_trees 1 || return 1
     echo "== test_cuda (quick)"
-    VCATTN_TEST_QUICK=1 "$C/test_cuda" >"$out/test_cuda.log" 2>&1; echo "rc=$?"; tail -1 "$out/test_cuda.log"
-    echo "== test_cuda -k probe"; "$C/test_cuda" -k probe 2>&1 | tail -1
+    VCATTN_TEST_QUICK=1 timeout 300 "$C/test_cuda" >"$out/test_cuda.log" 2>&1; echo "rc=$?"; tail -1 "$out/test_cuda.log"
+    echo "== test_cuda -k probe"; timeout 300 "$C/test_cuda" -k probe 2>&1 | tail -1
     # torch.compile and CUDA-graph capture and replay of the call (a launch change must capture)
     echo "== test_python_gpu"
     (cd "$checked" && VCATTN_LIB="$C/libvcattn.so" timeout 300 python3 python/tests/test_python_gpu.py 2>&1 | tail -1)
@@ -108,11 +109,12 @@ main() {
     for k in GQA probe; do
         for tool in memcheck racecheck synccheck; do
             echo "== compute-sanitizer $tool -k $k"
-            VCATTN_TEST_QUICK=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$C/test_cuda" -k "$k" 2>&1 |
+            VCATTN_TEST_QUICK=1 timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 3 "$C/test_cuda" -k "$k" 2>&1 |
                 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed" | tail -2
         done
     done
-    echo "== test_extreme, test_concurrency"; "$C/test_extreme" 2>&1 | tail -1; "$C/test_concurrency" 2>&1 | tail -1
+    echo "== test_extreme, test_concurrency"; timeout 300 "$C/test_extreme" 2>&1 | tail -1
+    timeout 300 "$C/test_concurrency" 2>&1 | tail -1
     echo "== done in $((SECONDS - t0)) s"
 }
 if [ "${AB_KERNELS_ONLY:-0}" -gt 0 ]; then
