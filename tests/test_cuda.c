@@ -9,11 +9,12 @@
  * repeated runs bit-identical. Shapes cover tails (N = 1, 17, 127, 129, 1000,
  * 4097), Nq != Nk, B = 2, GQA, the [B,N,H,D] layout, strided views, fp16/bf16
  * inputs and outputs, RoPE and the Hadamard, near-zero value tokens (the
- * sink guard), and more (batch, head) pairs than one grid dimension holds. Then the layer schedule (same permutation as
- * the CPU), V blocks on the thresholds that decide whether a block keeps its mean, device-resident tensors, and bad
- * input. VCATTN_TEST_QUICK=1 keeps
- * the shapes of at most 1000 tokens and 16 (batch, head) pairs: every kernel
- * and variant still runs, small enough for the compute-sanitizer tools. */
+ * sink guard), and more (batch, head) pairs than one grid dimension holds.
+ * Then the layer schedule (same permutation as the CPU), V blocks on the
+ * thresholds that decide whether a block keeps its mean, device-resident
+ * tensors, and bad input. VCATTN_TEST_QUICK=1 keeps the shapes of at most
+ * 1000 tokens and 16 (batch, head) pairs: every kernel and variant still
+ * runs, small enough for the compute-sanitizer tools. */
 #include "testlib.h"
 #include "vcattn.h"
 #include "reference.h"
@@ -425,11 +426,11 @@ static int64_t code_diffs(const void *a, const void *b, int64_t n, int is_int8, 
  * holding the identity permutation), F32: whether such a block keeps its
  * mean hangs on the last bits of its energies, summed in double in the
  * CPU's order, so the GPU's means must agree with the CPU's bit for bit
- * here too. Head 0, blocks of 128 tokens: A, a mean with
- * exactly 2% of the block's energy (kept); B, the same plus 0.5 of energy
- * (dropped); C, a pair of tokens whose energy equals the sink guard's bound
- * (kept); D, the same a float below it (dropped). Head 1: head 0 times 2^66,
- * whose squares overflow float (not double). */
+ * here too. Head 0, blocks of 128 tokens: A, a mean with exactly 2% of the
+ * block's energy (kept); B, the same plus 0.5 of energy (dropped); C, a pair
+ * of tokens whose energy equals the sink guard's bound (kept); D, the same a
+ * float below it (dropped). Head 1: head 0 times 2^66, whose squares
+ * overflow float (not double). */
 static void run_energy_edges(vcattn_context *cpu, vcattn_context *gpu) {
     shape_t s = {"V energies at the thresholds", 1, 2, 2, 128, 512, 128, 0, 0, VCATTN_DTYPE_F32, 0, "vc", 0};
     inputs_t in;
