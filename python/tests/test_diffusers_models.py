@@ -147,6 +147,30 @@ if hasattr(diffusers, "SkyReelsV2Transformer3DModel"):
     # self-attention's RoPE fused
     check_fused_rope("SkyReels-V2", m, inputs, vd.WanRopeProcessor, 4, calls=2)
 
+# ChronoEdit and Wan2.2-Animate: Wan's processor copied into their own modules
+if hasattr(diffusers, "ChronoEditTransformer3DModel"):
+    m = diffusers.ChronoEditTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=32, in_channels=4, out_channels=4,
+        text_dim=16, freq_dim=32, ffn_dim=64, num_layers=2, rope_max_seq_len=32)
+    inputs = dict(hidden_states=torch.randn(1, 4, 2, 16, 16), timestep=torch.tensor([900]),
+                  encoder_hidden_states=torch.randn(1, 6, 16))
+    run("ChronoEdit", m, inputs, 2)
+    check_fused_rope("ChronoEdit", m, inputs, vd.WanRopeProcessor, 4, calls=2)
+
+if hasattr(diffusers, "WanAnimateTransformer3DModel"):
+    m = diffusers.WanAnimateTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=32, in_channels=12, latent_channels=4,
+        out_channels=4, text_dim=16, freq_dim=32, ffn_dim=64, num_layers=2, rope_max_seq_len=32, image_dim=8,
+        motion_encoder_size=32, motion_style_dim=16, motion_dim=4, motion_encoder_dim=16, face_encoder_hidden_dim=16,
+        face_encoder_num_heads=2, inject_face_latents_blocks=1, motion_encoder_batch_size=2)
+    inputs = dict(hidden_states=torch.randn(1, 12, 3, 16, 16), timestep=torch.tensor([900]),
+                  encoder_hidden_states=torch.randn(1, 6, 16), encoder_hidden_states_image=torch.randn(1, 4, 8),
+                  pose_hidden_states=torch.randn(1, 4, 2, 16, 16), face_pixel_values=torch.randn(1, 3, 5, 32, 32))
+    run("Wan2.2-Animate", m, inputs, 2)
+    # self- and cross-attention of both blocks swapped (the face adapter's stays stock), the
+    # self-attention's RoPE fused
+    check_fused_rope("Wan2.2-Animate", m, inputs, vd.WanRopeProcessor, 4, calls=2)
+
 if hasattr(diffusers, "FluxTransformer2DModel"):
     m = diffusers.FluxTransformer2DModel(
         patch_size=1, in_channels=8, num_layers=1, num_single_layers=1, attention_head_dim=16,

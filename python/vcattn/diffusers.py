@@ -1,7 +1,8 @@
 """vcattn as a diffusers attention backend, for every model whose attention
 processors go through diffusers' dispatcher (`dispatch_attention_fn`): Wan
-2.1/2.2 (both A14B experts), HunyuanVideo, HunyuanVideo-1.5, LTX-Video,
-SkyReels-V2, Kandinsky 5, Flux and the other AttentionModuleMixin models.
+2.1/2.2 (both A14B experts), Wan2.2-Animate, ChronoEdit, HunyuanVideo,
+HunyuanVideo-1.5, LTX-Video, SkyReels-V2, Kandinsky 5, Flux and the other
+AttentionModuleMixin models.
 
     import vcattn.diffusers
     vcattn.diffusers.enable(pipe)                      # every transformer of the pipeline
@@ -47,6 +48,7 @@ What runs where:
 import collections
 import ctypes
 import functools
+import importlib
 import inspect
 import itertools
 import threading
@@ -475,11 +477,15 @@ def _rope_processors():
         found[wan.WanAttnProcessor] = lambda stock, p=wan._get_qkv_projections: WanRopeProcessor(stock, p)
     except (ImportError, AttributeError):
         pass
-    try:  # SkyReels-V2: Wan's processor under another name
-        from diffusers.models.transformers import transformer_skyreels_v2 as sky
-        found[sky.SkyReelsV2AttnProcessor] = lambda stock, p=sky._get_qkv_projections: WanRopeProcessor(stock, p)
-    except (ImportError, AttributeError):
-        pass
+    # Wan's processor under other names, or copied into other Wan models' modules
+    for module, name in (("transformer_skyreels_v2", "SkyReelsV2AttnProcessor"),
+                         ("transformer_wan_animate", "WanAttnProcessor"),  # Wan2.2-Animate
+                         ("transformer_chronoedit", "WanAttnProcessor")):
+        try:
+            wan_like = importlib.import_module("diffusers.models.transformers." + module)
+            found[getattr(wan_like, name)] = lambda stock, p=wan_like._get_qkv_projections: WanRopeProcessor(stock, p)
+        except (ImportError, AttributeError):
+            pass
     try:
         from diffusers.models.transformers import transformer_flux as flux
         found[flux.FluxAttnProcessor] = lambda stock, p=flux._get_qkv_projections: FluxRopeProcessor(stock, p)
