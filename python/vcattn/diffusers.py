@@ -472,13 +472,9 @@ def _rope_processors():
     quantizers take (interleaved pairs); a model diffusers moved is left out
     (its RoPE then stays in PyTorch)."""
     found = {}
-    try:
-        from diffusers.models.transformers import transformer_wan as wan
-        found[wan.WanAttnProcessor] = lambda stock, p=wan._get_qkv_projections: WanRopeProcessor(stock, p)
-    except (ImportError, AttributeError):
-        pass
-    # Wan's processor under other names, or copied into other Wan models' modules
-    for module, name in (("transformer_skyreels_v2", "SkyReelsV2AttnProcessor"),
+    # Wan's processor, under another name or copied into other Wan models' modules
+    for module, name in (("transformer_wan", "WanAttnProcessor"),
+                         ("transformer_skyreels_v2", "SkyReelsV2AttnProcessor"),
                          ("transformer_wan_animate", "WanAttnProcessor"),  # Wan2.2-Animate
                          ("transformer_chronoedit", "WanAttnProcessor")):
         try:
