@@ -9,12 +9,13 @@
  * repeated runs bit-identical. Shapes cover tails (N = 1, 17, 127, 129, 1000,
  * 4097), Nq != Nk, B = 2, GQA, the [B,N,H,D] layout, strided views, fp16/bf16
  * inputs and outputs, RoPE and the Hadamard, near-zero value tokens (the
- * sink guard), and more (batch, head) pairs than one grid dimension holds.
- * Then the layer schedule (same permutation as the CPU), V blocks on the
- * thresholds that decide whether a block keeps its mean, device-resident
- * tensors, and bad input. VCATTN_TEST_QUICK=1 keeps the shapes of at most
- * 1000 tokens and 16 (batch, head) pairs: every kernel and variant still
- * runs, small enough for the compute-sanitizer tools. */
+ * sink guard), more (batch, head) pairs than one grid dimension holds, and
+ * more work tiles than SMs. Then the layer schedule (same permutation as
+ * the CPU), V blocks on the thresholds that decide whether a block keeps
+ * its mean, device-resident tensors, and bad input. VCATTN_TEST_QUICK=1
+ * keeps the shapes of at most 1000 tokens and 16 (batch, head) pairs, and
+ * the work-tile shapes (few keys): every kernel and variant still runs,
+ * small enough for the compute-sanitizer tools. */
 #include "testlib.h"
 #include "vcattn.h"
 #include "reference.h"
@@ -919,6 +920,20 @@ int main(int argc, char **argv) {
             run_shape(cpu, gpu, &probe_shapes[i], 0);
             run_shape(cpu, gpu, &probe_shapes[i], 1);
         }
+    /* More D 128 work tiles (query-block pairs) than any Hopper part has SMs, at
+     * least two a CTA on 132: a kernel whose CTAs take several work tiles in
+     * turn carries its rings and turns from one tile into the next. One key
+     * tile and a few, ragged query pairs, every method. Few keys, so these run
+     * in quick mode too. */
+    static const shape_t tile_shapes[] = {
+        {"work tiles: one key tile", 1, 48, 8, 1000, 100, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc", 0},
+        {"work tiles: GQA NHD probe", 2, 28, 4, 600, 300, 128, 1, 0, VCATTN_DTYPE_BF16, 1, "vc+probe", V_SINKS},
+        {"work tiles: qsmooth fp16", 1, 48, 48, 700, 300, 128, 0, 0, VCATTN_DTYPE_F16, 0, "vc+qsmooth", 0},
+        {"work tiles: vsmooth key tail", 1, 40, 40, 1000, 257, 128, 0, 0, VCATTN_DTYPE_BF16, 0, "vsmooth", 0},
+        {"work tiles: sage2", 1, 40, 8, 1000, 129, 128, 0, 0, VCATTN_DTYPE_BF16, 0, "sage2", 0},
+    };
+    for (size_t i = 0; i < sizeof tile_shapes / sizeof tile_shapes[0]; i++)
+        if (tl_wanted(tile_shapes[i].name)) run_shape(cpu, gpu, &tile_shapes[i], i % 2);
     static const shape_t quant_shapes[] = {
         {"N=1000 rope", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc", 0},
         {"N=333 NHD D64 hadamard", 2, 2, 2, 333, 4097, 64, 1, 0, VCATTN_DTYPE_F16, 1, "vc+hadamard", 0},
