@@ -127,7 +127,7 @@ def check(path):
         print("FAIL:", line)
     if bad:
         sys.exit(1)
-    print("sass check: %d ExpCast kernels, no exponential, F2I or I2F per element (no I2FP without Q smoothing), "
+    print("sass check: %d ExpCast kernels, no exponential, F2I or I2F per element (nor I2FP without Q smoothing), "
           "no spills in the attention kernels" % expcast)
 
 
