@@ -146,6 +146,26 @@ static void test_expcast(void) {
         if (abs(a - b) > 1) far++;
     }
     CHECK(far == 0, "%d scores more than one code from exp-then-cast", far);
+    /* The kernel's form of the argument from an integer dot: the offset is
+     * exact to add and only the folded addend rounds, by at most 2^-24 of
+     * its magnitude (under one unit of the dot, a), beyond the plain FMA's
+     * own rounding (half an ulp of each result: 2^-16 together below 128). */
+    int over = 0, codes = 0;
+    for (int i = 0; i < 200000; i++) {
+        const float dot = (float)((int32_t)(rng32() % (2u * 2097152u + 1u)) - 2097152);
+        const float a = ldexpf(1.0f + (float)(rng32() % 8388608u) / 8388608.0f, -(int)(rng32() % 24u) - 2);
+        const float target = -8.0f + 136.0f * (float)(rng32() % 65536u) / 65536.0f;  /* x where codes change */
+        const float b = target - dot * a, y = fmaf(dot, a, b);
+        if (!(y > -9.0f && y < 129.0f)) continue;
+        const float x = vcattn_expcast_dot_arg(dot, a, b);
+        const float addend = fabsf(b - VCATTN_EXPCAST_DOT_OFFSET * a);
+        if (!(fabsf(x - y) <= ldexpf(addend, -24) + ldexpf(1.0f, -16)) || !(fabsf(x - y) < a + ldexpf(1.0f, -16)))
+            over++;
+        codes += vcattn_expcast_code(x) != vcattn_expcast_code(y);
+    }
+    CHECK(over == 0, "%d folded arguments beyond the addend's rounding", over);
+    CHECK(codes < 200000 / 100, "%d of 200000 folded arguments change the code", codes);
+    CHECK(vcattn_expcast_dot_arg(-INFINITY, 1.0f, 0.0f) == -INFINITY, "a masked key (-inf) stays -inf");
 }
 
 static void test_halfs(void) {

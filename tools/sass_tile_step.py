@@ -14,8 +14,9 @@ allows, which need not be where the source waits.
 --check reads every attention kernel of a built library and fails unless
 each ExpCast kernel's tile step has no exponential per element (at most the
 two rows' MUFU.EX2 for the rescale factors) and no F2I or I2F (the XU pipe's
-conversions; F2IP and I2FP run on the ALU), and no attention
-kernel uses local memory (spills); as a control, a kernel that takes the
+conversions; F2IP and I2FP run on the ALU), without Q smoothing at most two
+I2FP (the integer dots are read by an add, formats/expcast.h), and no
+attention kernel uses local memory (spills); as a control, a kernel that takes the
 exponentials (sage2's) must show at least 64 MUFU.EX2 a step. Exits 77
 (skipped) without cuobjdump (PATH, or the nvidia-cuda-cuobjdump and
 nvidia-cuda-nvdisasm wheels) or without sm_90a kernels in the library.
@@ -77,6 +78,7 @@ def find_cuobjdump():
 
 EXPCAST_KERNEL = re.compile(r"vc_attention(_wg)?_kernelILi(64|128)ELb1E")  # template <D, EXPCAST = true, ...>
 EXP_KERNEL = re.compile(r"vc_attention(_wg)?_kernelILi(64|128)ELb0ELb0E")  # sage2's: exponentials, no V-Smooth
+INTEGER_DOT_KERNEL = re.compile(r"vc_attention(_wg)?_kernelILi(64|128)ELb1ELb\dELb0E")  # ExpCast, no Q smoothing
 
 
 def check_rules(funcs):
@@ -100,6 +102,10 @@ def check_rules(funcs):
             xu = collections.Counter(opcode(x[1]) for x in loop if opcode(x[1]) in ("F2I", "I2F"))
             if ex2 > 2 or xu:
                 bad.append("%s: %d MUFU.EX2 a tile step (ExpCast allows 2), %s" % (name, ex2, dict(xu) or "no F2I/I2F"))
+            # without Q smoothing the scores are read by an integer add (formats/expcast.h), not converted
+            i2fp = sum(1 for x in loop if opcode(x[1]) == "I2FP")
+            if INTEGER_DOT_KERNEL.search(name) and i2fp > 2:  # two: the rows' maxima may be converted
+                bad.append("%s: %d I2FP a tile step (the integer dots are read by an add)" % (name, i2fp))
         elif EXP_KERNEL.search(name) and loop is not None:
             control = max(control, sum(1 for x in loop if "MUFU.EX2" in x[1]))
     if expcast and control < 64:
@@ -121,8 +127,8 @@ def check(path):
         print("FAIL:", line)
     if bad:
         sys.exit(1)
-    print("sass check: %d ExpCast kernels, no exponential, F2I or I2F per element, no spills in the attention kernels"
-          % expcast)
+    print("sass check: %d ExpCast kernels, no exponential, F2I or I2F per element (nor I2FP without Q smoothing), "
+          "no spills in the attention kernels" % expcast)
 
 
 def instructions(body):
@@ -206,19 +212,25 @@ def self_test():
         sys.exit("self-test failed: %r" % ((length, waits, got),))
 
     # The rules of --check: an ExpCast kernel's step with the two rows' EX2
-    # passes; one more EX2, an F2I or I2F (not F2IP or I2FP) or a spill fails;
-    # so does a control kernel without its per-element exponentials.
+    # passes; one more EX2, an F2I or I2F (not F2IP or I2FP) or a spill fails,
+    # and a third I2FP where the dots are integers (no Q smoothing); so does a
+    # control kernel without its per-element exponentials.
     def kernel(extra=(), ex2=2):
         lines = [line(0x10, "IGMMA.64x128x32.S8.S8 R92, gdesc[UR16], RZ, !UPT, gsb0", 2)]
         lines += [line(0x20 + 0x10 * i, "MUFU.EX2 R%d, R%d" % (i, i), 2) for i in range(ex2)]
         lines += [line(0x1000 + 0x10 * i, text, 2) for i, text in enumerate(extra)]
         return "\n".join(lines + [line(0x2000, "@!P0 BRA 0x10", 5), line(0x2010, "EXIT", 5)])
     vc, sage2 = "vc_attention_kernelILi128ELb1ELb1ELb0Ef", "vc_attention_kernelILi128ELb0ELb0ELb0Ef"
+    vc_qsmooth = "vc_attention_kernelILi128ELb1ELb1ELb1Ef"
     cases = [([(vc, kernel()), (sage2, kernel(ex2=64))], 0),
              ([(vc, kernel(ex2=3)), (sage2, kernel(ex2=64))], 1),
              ([(vc, kernel(["F2I.S32 R1, R2"])), (sage2, kernel(ex2=64))], 1),
-             ([(vc, kernel(["I2F.F32.S32 R1, R2", "I2FP.F32.S32 R3, R4"])), (sage2, kernel(ex2=64))], 1),
-             ([(vc, kernel(["I2FP.F32.S32 R3, R4", "F2IP.U8.F32.NTZ R5, R6, R7, RZ"])), (sage2, kernel(ex2=64))], 0),
+             ([(vc_qsmooth, kernel(["I2F.F32.S32 R1, R2", "I2FP.F32.S32 R3, R4"])), (sage2, kernel(ex2=64))], 1),
+             ([(vc_qsmooth, kernel(["I2FP.F32.S32 R3, R4", "F2IP.U8.F32.NTZ R5, R6, R7, RZ"])),
+               (sage2, kernel(ex2=64))], 0),
+             ([(vc, kernel(["VIADD R3, R4, 0x4b400000", "F2IP.U8.F32.NTZ R5, R6, R7, RZ"])), (sage2, kernel(ex2=64))], 0),
+             ([(vc, kernel(["I2FP.F32.S32 R3, R4"] * 2)), (sage2, kernel(ex2=64))], 0),
+             ([(vc, kernel(["I2FP.F32.S32 R3, R4"] * 3)), (sage2, kernel(ex2=64))], 1),
              ([(vc, kernel(["STL [R1], R2"])), (sage2, kernel(ex2=64))], 1),
              ([(vc, kernel()), (sage2, kernel(ex2=8))], 1)]
     for funcs, violations in cases:

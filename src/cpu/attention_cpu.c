@@ -315,15 +315,20 @@ done:
 /* --------------------------------------------------------------- mainloop */
 
 /* P of one tile from its scores (dot products and their log2-domain
- * multipliers) and the running maximum m (log2 units). */
+ * multipliers) and the running maximum m (log2 units). integer_dot: dot is
+ * the integer dot product itself (no Q-smoothing term folded in). */
 static void encode_probabilities(const vcattn_config *cfg, int64_t nt, const float *dot,
-                                 const float *mult, float m, float *prob) {
+                                 const float *mult, float m, int integer_dot, float *prob) {
     switch (cfg->p_format) {
     case VCATTN_P_FP8_EXPCAST: {
-        /* One FMA per element: x = 8 (t - m) + 120 + beta, scales folded in. */
+        /* One FMA per element: x = 8 (t - m) + 120 + beta, scales folded in;
+         * an integer dot as the kernel reads it (expcast.h). */
         float bias = (VCATTN_EXPCAST_MAX_CODE + cfg->expcast_beta) - 8.0f * m;
-        for (int64_t j = 0; j < nt; j++)
-            prob[j] = vcattn_e4m3_decode(vcattn_expcast_code(fmaf(dot[j], 8.0f * mult[j], bias)));
+        for (int64_t j = 0; j < nt; j++) {
+            const float x = integer_dot ? vcattn_expcast_dot_arg(dot[j], 8.0f * mult[j], bias)
+                                        : fmaf(dot[j], 8.0f * mult[j], bias);
+            prob[j] = vcattn_e4m3_decode(vcattn_expcast_code(x));
+        }
         break;
     }
     case VCATTN_P_FP8_CAST:
@@ -386,7 +391,7 @@ static void attend_row(const problem *p, const score_operand *q, const kv_head *
         }
         float m_new = fmaxf(m, tile_max);
         float alpha = exp2f(m - m_new);   /* 0 on the first tile (m = -inf) */
-        encode_probabilities(cfg, nt, dot, mult, m_new, prob);
+        encode_probabilities(cfg, nt, dot, mult, m_new, key_bias == NULL, prob);
 
         /* Second accumulation level: each tile's product in a fresh float32
          * partial, as the GPU promotes its FP8 wgmma accumulator per tile. */

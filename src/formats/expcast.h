@@ -27,6 +27,19 @@ VCATTN_HD uint8_t vcattn_expcast_code(float x) {
     return (uint8_t)vcattn_rne_small(x);
 }
 
+/* The kernel reads a score's integer dot (|dot| <= 128 * 128 * 128 = 2^21)
+ * as the float 1.5 * 2^23 + dot, by one integer add on the accumulator's bits
+ * (a conversion instruction costs about three times an FMA there), and folds
+ * the offset into the addend of ExpCast's FMA, which rounds it once:
+ *     x = fma(1.5 * 2^23 + dot, a, fma(-1.5 * 2^23, a, b)).
+ * Against fma(dot, a, b) the addend's rounding moves x by at most 2^-24 of
+ * |b - 1.5 * 2^23 a| <= (0.75 + 0.125) a: under one unit of the dot, whose
+ * own INT8 rounding error is many units. */
+#define VCATTN_EXPCAST_DOT_OFFSET 12582912.0f /* 1.5 * 2^23 */
+VCATTN_HD float vcattn_expcast_dot_arg(float dot, float a, float b) {
+    return fmaf(dot + VCATTN_EXPCAST_DOT_OFFSET, a, fmaf(-VCATTN_EXPCAST_DOT_OFFSET, a, b));
+}
+
 /* The conventional path it replaces: FP32 exponential, then the E4M3 cast. */
 VCATTN_HD uint8_t vcattn_expthencast_code(float u) {
     return vcattn_e4m3_encode(exp2f(u + VCATTN_P_SCALE_LOG2));

@@ -8,6 +8,7 @@
 #include "softmax.cuh"
 #include "tile.cuh"
 #include "wgmma.cuh"
+#include "../../formats/expcast.h"
 
 #include <cuda_fp16.h>
 
@@ -106,9 +107,14 @@ struct RowState {
     // Q-smoothing terms in shared memory (QSMOOTH only).
     __device__ __forceinline__ void softmax(int32_t *sacc, float kmul, int tail_keys, float expcast_bias, int t,
                                             uint32_t bias, uint32_t *w, float &alpha_new0, float &alpha_new1) {
+        // ExpCast without Q smoothing reads the dot as the float 1.5 * 2^23 + dot (an integer add
+        // instead of I2FP, expcast.h); the offset comes off the row maximum and folds into ExpCast's FMA
+        constexpr bool kBiased = EXPCAST && !QSMOOTH;
+        constexpr float kOff = kBiased ? VCATTN_EXPCAST_DOT_OFFSET : 0.0f;
         float s[64];
 #pragma unroll
-        for (int i = 0; i < 64; i++) s[i] = (float)sacc[i];
+        for (int i = 0; i < 64; i++)
+            s[i] = kBiased ? __int_as_float(sacc[i] + __float_as_int(VCATTN_EXPCAST_DOT_OFFSET)) : (float)sacc[i];
         float A0 = qmul0 * kmul, A1 = qmul1 * kmul;
         if constexpr (QSMOOTH) {  // s = dot A + term, one FMA (as the CPU); then A = 1 below
 #pragma unroll
@@ -128,12 +134,12 @@ struct RowState {
                 if (acc_col(i, t) >= tail_keys) s[i] = -INFINITY;
         }
         float tmax0, tmax1;
-        tile_row_max(s, A0, A1, tmax0, tmax1);
+        tile_row_max(s, kOff, A0, A1, tmax0, tmax1);
         const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
         alpha_new0 = ex2_approx(m0 - mn0);  // <= 1; relative error 2^-22, inside the tolerance
         alpha_new1 = ex2_approx(m1 - mn1);
-        if (tail) encode_words<EXPCAST, true>(s, A0, A1, mn0, mn1, expcast_bias, w);
-        else encode_words<EXPCAST, false>(s, A0, A1, mn0, mn1, expcast_bias, w);
+        if (tail) encode_words<EXPCAST, true>(s, kOff, A0, A1, mn0, mn1, expcast_bias, w);
+        else encode_words<EXPCAST, false>(s, kOff, A0, A1, mn0, mn1, expcast_bias, w);
         m0 = mn0;
         m1 = mn1;
     }

@@ -5,8 +5,9 @@
 #include "ptx.cuh"
 
 // Row maximum (log2 units) of the thread's two rows over the quad; `A` are
-// the rows' dequantization multipliers (>= 0, so max(dot) * A = max(dot * A)).
-static __device__ __forceinline__ void tile_row_max(const float *s, float A0, float A1,
+// the rows' dequantization multipliers (>= 0, so max(dot) * A = max(dot * A));
+// s holds dot + off (off 0, or the offset of row_state.cuh: exact to remove).
+static __device__ __forceinline__ void tile_row_max(const float *s, float off, float A0, float A1,
                                                     float &max0, float &max1) {
     // Four independent chains per row (max is exact in any order): the
     // serial chain of 32 dependent FMNMX was on the warp's critical path.
@@ -22,8 +23,8 @@ static __device__ __forceinline__ void tile_row_max(const float *s, float A0, fl
     }
     const float d0 = fmaxf(fmaxf(d[0][0], d[0][1]), fmaxf(d[0][2], d[0][3]));
     const float d1 = fmaxf(fmaxf(d[1][0], d[1][1]), fmaxf(d[1][2], d[1][3]));
-    max0 = fmaxf(d0 * A0, -INFINITY);  // fmaxf drops the NaN of -inf * 0
-    max1 = fmaxf(d1 * A1, -INFINITY);
+    max0 = fmaxf((d0 - off) * A0, -INFINITY);  // fmaxf drops the NaN of -inf * 0
+    max1 = fmaxf((d1 - off) * A1, -INFINITY);
 #pragma unroll
     for (int o = 1; o <= 2; o <<= 1) {
         max0 = fmaxf(max0, __shfl_xor_sync(0xffffffffu, max0, o));
@@ -45,11 +46,13 @@ static __device__ __forceinline__ uint32_t expcast_word(float dot, float a8, flo
 // saturates them (and the NaN of -inf * 0) to code 0; exp-then-cast (TAIL
 // only) clamps the exponent so that ex2 flushes them to 0.
 template <bool EXPCAST, bool TAIL>
-static __device__ __forceinline__ void encode_words(const float *s, float A0, float A1, float m0,
+static __device__ __forceinline__ void encode_words(const float *s, float off, float A0, float A1, float m0,
                                                     float m1, float expcast_bias, uint32_t *w) {
     if constexpr (EXPCAST) {
         const float a0 = 8.0f * A0, a1 = 8.0f * A1;
-        const float c0 = expcast_bias - 8.0f * m0, c1 = expcast_bias - 8.0f * m1;
+        // off: the dot's offset (row_state.cuh), folded into the addend as the CPU's vcattn_expcast_dot_arg
+        const float c0 = __fmaf_rn(-off, a0, expcast_bias - 8.0f * m0);
+        const float c1 = __fmaf_rn(-off, a1, expcast_bias - 8.0f * m1);
 #pragma unroll
         for (int i = 0; i < 64; i++) w[i] = expcast_word(s[i], (i >> 1) & 1 ? a1 : a0, (i >> 1) & 1 ? c1 : c0);
     } else {
