@@ -136,27 +136,21 @@ if hasattr(diffusers, "LTXVideoTransformer3DModel"):
                              timestep=torch.tensor([900]), encoder_attention_mask=text_mask,
                              num_frames=2, height=8, width=8), 2)
 
-if hasattr(diffusers, "SkyReelsV2Transformer3DModel"):
-    m = diffusers.SkyReelsV2Transformer3DModel(
+# SkyReels-V2 (Wan's processor under another name) and ChronoEdit (Wan's processor
+# copied into its own module): self- and cross-attention swapped, the
+# self-attention's RoPE fused
+for name, cls in (("SkyReels-V2", "SkyReelsV2Transformer3DModel"), ("ChronoEdit", "ChronoEditTransformer3DModel")):
+    if not hasattr(diffusers, cls):
+        continue
+    m = getattr(diffusers, cls)(
         patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=32, in_channels=4, out_channels=4,
         text_dim=16, freq_dim=32, ffn_dim=64, num_layers=2, rope_max_seq_len=32)
     inputs = dict(hidden_states=torch.randn(1, 4, 2, 16, 16), timestep=torch.tensor([900]),
                   encoder_hidden_states=torch.randn(1, 6, 16))
-    run("SkyReels-V2", m, inputs, 2)
-    # Wan's processor under another name: self- and cross-attention swapped, the
-    # self-attention's RoPE fused
-    check_fused_rope("SkyReels-V2", m, inputs, vd.WanRopeProcessor, 4, calls=2)
+    run(name, m, inputs, 2)
+    check_fused_rope(name, m, inputs, vd.WanRopeProcessor, 4, calls=2)
 
-# ChronoEdit and Wan2.2-Animate: Wan's processor copied into their own modules
-if hasattr(diffusers, "ChronoEditTransformer3DModel"):
-    m = diffusers.ChronoEditTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=32, in_channels=4, out_channels=4,
-        text_dim=16, freq_dim=32, ffn_dim=64, num_layers=2, rope_max_seq_len=32)
-    inputs = dict(hidden_states=torch.randn(1, 4, 2, 16, 16), timestep=torch.tensor([900]),
-                  encoder_hidden_states=torch.randn(1, 6, 16))
-    run("ChronoEdit", m, inputs, 2)
-    check_fused_rope("ChronoEdit", m, inputs, vd.WanRopeProcessor, 4, calls=2)
-
+# Wan2.2-Animate: Wan's processor copied into its own module too
 if hasattr(diffusers, "WanAnimateTransformer3DModel"):
     m = diffusers.WanAnimateTransformer3DModel(
         patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=32, in_channels=12, latent_channels=4,
