@@ -177,6 +177,22 @@ if hasattr(diffusers, "FluxTransformer2DModel"):
     run("Flux", m, inputs, 2)
     check_fused_rope("Flux", m, inputs, vd.FluxRopeProcessor, 2)
 
+# Flux.2: the double-stream blocks through Flux's fused-RoPE processor, the
+# single-stream blocks' (q, k, v and the MLP from one projection) through their own
+if hasattr(diffusers, "Flux2Transformer2DModel"):
+    m = diffusers.Flux2Transformer2DModel(
+        patch_size=1, in_channels=8, num_layers=1, num_single_layers=2, attention_head_dim=16,
+        num_attention_heads=2, joint_attention_dim=16, timestep_guidance_channels=16, axes_dims_rope=(4, 4, 4, 4))
+    img_ids = torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(12.0), torch.arange(12.0), torch.zeros(1),
+                                         indexing="ij"), -1).reshape(1, -1, 4)
+    txt_ids = torch.zeros(1, 6, 4)
+    txt_ids[0, :, 3] = torch.arange(6.0)
+    inputs = dict(hidden_states=torch.randn(1, 144, 8), encoder_hidden_states=torch.randn(1, 6, 16),
+                  timestep=torch.tensor([0.9]), img_ids=img_ids, txt_ids=txt_ids, guidance=torch.tensor([3.5]))
+    run("Flux.2", m, inputs, 3)
+    check_fused_rope("Flux.2 double-stream", m, inputs, vd.FluxRopeProcessor, 1, calls=3)
+    check_fused_rope("Flux.2 single-stream", m, inputs, vd.Flux2ParallelRopeProcessor, 2, calls=3)
+
 # Kandinsky 5: the text blocks' and the visual blocks' self-attention with RoPE
 # (each pair's rotation matrix), the visual blocks' cross-attention on SDPA.
 if hasattr(diffusers, "Kandinsky5Transformer3DModel"):

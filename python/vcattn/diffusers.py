@@ -1,8 +1,8 @@
 """vcattn as a diffusers attention backend, for every model whose attention
 processors go through diffusers' dispatcher (`dispatch_attention_fn`): Wan
 2.1/2.2 (both A14B experts), Wan2.2-Animate, ChronoEdit, HunyuanVideo,
-HunyuanVideo-1.5, LTX-Video, SkyReels-V2, Kandinsky 5, Flux and the other
-AttentionModuleMixin models.
+HunyuanVideo-1.5, LTX-Video, SkyReels-V2, Kandinsky 5, Flux, Flux.2 and the
+other AttentionModuleMixin models.
 
     import vcattn.diffusers
     vcattn.diffusers.enable(pipe)                      # every transformer of the pipeline
@@ -487,6 +487,12 @@ def _rope_processors():
         found[flux.FluxAttnProcessor] = lambda stock, p=flux._get_qkv_projections: FluxRopeProcessor(stock, p)
     except (ImportError, AttributeError):
         pass
+    try:  # Flux.2: the double-stream blocks as Flux's, the single-stream blocks' fused projection
+        from diffusers.models.transformers import transformer_flux2 as flux2
+        found[flux2.Flux2AttnProcessor] = lambda stock, p=flux2._get_qkv_projections: FluxRopeProcessor(stock, p)
+        found[flux2.Flux2ParallelSelfAttnProcessor] = Flux2ParallelRopeProcessor
+    except (ImportError, AttributeError):
+        pass
     try:
         from diffusers.models.transformers import transformer_hunyuan_video15 as hunyuan15
         found[hunyuan15.HunyuanVideo15AttnProcessor2_0] = HunyuanVideo15Processor
@@ -665,6 +671,31 @@ class FluxRopeProcessor(_FusedRopeProcessor):
         hidden_states = attn.to_out[1](attn.to_out[0](hidden_states.contiguous()))
         encoder_hidden_states = attn.to_add_out(encoder_hidden_states.contiguous())
         return hidden_states, encoder_hidden_states
+
+
+class Flux2ParallelRopeProcessor(_FusedRopeProcessor):
+    """diffusers' Flux2ParallelSelfAttnProcessor (Flux.2's single-stream
+    blocks: one projection gives q, k, v and the MLP's input, one projection
+    takes the attention and the MLP's output) with the joint sequence's
+    RoPE applied inside vcattn's quantizers. Calls without rotary
+    embeddings, or with tables of another form, run the stock processor."""
+
+    def __call__(self, attn, hidden_states, attention_mask=None, image_rotary_emb=None):
+        tables = None
+        if image_rotary_emb is not None:
+            tables = _pair_tables(image_rotary_emb[0], image_rotary_emb[1], hidden_states.shape[1], attn.head_dim)
+        if tables is None:
+            return self.stock(attn, hidden_states, attention_mask, image_rotary_emb)
+        projected = attn.to_qkv_mlp_proj(hidden_states)
+        # the q, k, v part by the two parts' ratio (also on a column-sharded projection)
+        qkv_dim, mlp_dim = 3 * attn.inner_dim, attn.mlp_hidden_dim * attn.mlp_mult_factor
+        width = projected.shape[-1] * qkv_dim // (qkv_dim + mlp_dim)
+        qkv, mlp = projected.split([width, projected.shape[-1] - width], dim=-1)
+        query, key, value = (x.unflatten(-1, (-1, attn.head_dim)) for x in qkv.chunk(3, dim=-1))
+        hidden_states = _route(True, attn.norm_q(query), attn.norm_k(key), value, attention_mask, 0.0, False, None,
+                               False, False, self._parallel_config, rope=tables)
+        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        return attn.to_out(torch.cat([hidden_states, attn.mlp_act_fn(mlp)], dim=-1))
 
 
 class HunyuanVideo15Processor(_FusedRopeProcessor):
@@ -942,10 +973,11 @@ def set_backend(pipe_or_transformer, method="vc", num_inference_steps=None, fuse
     dispatcher to vcattn, with a per-module LayerState and the step schedule.
     A pipeline tells the step count (its scheduler); a bare transformer needs
     num_inference_steps for the grouping schedule. fuse_rope: the
-    self-attention of Wan, HunyuanVideo(-1.5) and Flux hands q and k to
-    vcattn before RoPE, with its tables, and the quantizers rotate them
-    (WanRopeProcessor, HunyuanVideoRopeProcessor, HunyuanVideo15Processor,
-    FluxRopeProcessor).
+    self-attention of Wan (and the Wan-like models), HunyuanVideo(-1.5),
+    Kandinsky 5, Flux and Flux.2 hands q and k to vcattn before RoPE, with
+    its tables, and the quantizers rotate them (WanRopeProcessor,
+    HunyuanVideoRopeProcessor, HunyuanVideo15Processor,
+    Kandinsky5RopeProcessor, FluxRopeProcessor, Flux2ParallelRopeProcessor).
     Returns a Handle."""
     _core.config(method)  # unknown methods fail here, not mid-generation
     targets = _transformers(pipe_or_transformer)
