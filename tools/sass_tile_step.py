@@ -3,7 +3,9 @@ main loop's instructions before the wait for QK(j), between it and the
 wait for PV(j-1) (what runs while PV(j-1) is on the tensor cores), and
 after (what runs once it is done; a step with one wait for both GEMMs
 splits in two), by opcode, with each part's stall cycles and scoreboard
-waits from the control words and the highest register the kernel uses.
+waits from the control words and the highest register the kernel uses;
+then the size of the step with the mean terms (the loop around the tile
+step, less the tile step), which runs one step in eight.
 ptxas schedules the waits (WARPGROUP.DEPBAR) as early as a basic block
 allows, which need not be where the source waits.
 
@@ -151,17 +153,38 @@ def opcode(text):
     return (text.split()[1] if text.startswith("@") else text.split()[0]).split(".")[0]
 
 
-def main_loop(ins):
-    """The shortest backward branch's body that holds a wgmma: the tile step."""
+def loops(ins):
+    """The bodies of the backward branches that hold a wgmma, shortest first."""
     where = {x[0]: i for i, x in enumerate(ins)}
-    best = None
+    found = []
     for i, (a, text, _, _) in enumerate(ins):
         m = re.search(r"BRA .*?0x([0-9a-f]+)", text)
         if m and int(m.group(1), 16) < a and int(m.group(1), 16) in where:
             body = ins[where[int(m.group(1), 16)]:i + 1]
-            if any("GMMA" in x[1] for x in body) and (best is None or len(body) < len(best)):
-                best = body
-    return best
+            if any("GMMA" in x[1] for x in body):
+                found.append(body)
+    return sorted(found, key=len)
+
+
+def main_loop(ins):
+    """The shortest backward branch's body that holds a wgmma: the tile step."""
+    found = loops(ins)
+    return found[0] if found else None
+
+
+def mean_step(ins):
+    """The instructions of the loop around the tile step that lie outside it
+    and hold a wgmma: the step with the mean terms (one in kMeanTiles), as
+    (instructions, stall cycles); None where there is no such loop."""
+    found = loops(ins)
+    if not found:
+        return None
+    inner = {x[0] for x in found[0]}
+    for body in found[1:]:
+        rest = [x for x in body if x[0] not in inner]
+        if inner <= {x[0] for x in body} and any("GMMA" in x[1] for x in rest):
+            return len(rest), sum(x[2] for x in rest)
+    return None
 
 
 def split(body):
@@ -210,6 +233,17 @@ def self_test():
             ("after PV(j-1) is done", 4, 11, 2)]
     if (length, waits, got) != (9, 2, want):
         sys.exit("self-test failed: %r" % ((length, waits, got),))
+    # the same loop inside an outer one whose other step holds a wgmma too
+    outer = "\n".join([
+        line(0x00, "MOV R1, c[0x0][0x28]", 1),
+        line(0x10, "IGMMA.64x128x32.S8.S8 R92, gdesc[UR16], RZ, !UPT, gsb0", 2),
+        line(0x20, "@!P0 BRA 0x10", 5),
+        line(0x30, "QGMMA.64x136x32.F32.E4M3.E4M3 R24, R164, gdesc[UR16], RZ, !UPT, gsb0", 3),
+        line(0x40, "FFMA R24, R24, R26, R93", 4),
+        line(0x50, "@!P1 BRA 0x00", 5),
+        line(0x60, "EXIT", 5)])
+    if mean_step(instructions(outer)) != (4, 13) or mean_step(instructions(body)) is not None:
+        sys.exit("self-test failed: the mean step %r" % (mean_step(instructions(outer)),))
 
     # The rules of --check: an ExpCast kernel's step with the two rows' EX2
     # passes; one more EX2, an F2I or I2F (not F2IP or I2FP) or a spill fails,
@@ -267,6 +301,10 @@ def main():
     for label, n, stall, scoreboard, counts in parts:
         top = ", ".join("%s %d" % kv for kv in counts.most_common(8))
         print("  %-34s %4d, stall %4d, waits %2d: %s" % (label, n, stall, scoreboard, top))
+    mean = mean_step(instructions(body))
+    if mean:
+        print("  the step with the mean terms (one in eight), outside the tile step's loop: %d instructions, stall %d"
+              % mean)
 
 
 if __name__ == "__main__":
