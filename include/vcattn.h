@@ -38,7 +38,7 @@ extern "C" {
 /* ---------------------------------------------------------------- version */
 
 #define VCATTN_VERSION_MAJOR 0
-#define VCATTN_VERSION_MINOR 1
+#define VCATTN_VERSION_MINOR 2
 #define VCATTN_VERSION_PATCH 0
 #define VCATTN_VERSION_NUMBER \
     (VCATTN_VERSION_MAJOR * 10000 + VCATTN_VERSION_MINOR * 100 + VCATTN_VERSION_PATCH)
@@ -112,8 +112,14 @@ VCATTN_API vcattn_tensor vcattn_tensor_bnhd(void *data, vcattn_dtype dtype, int6
 
 /*
  * Rotary position embedding tables, supplied by the caller: cos and sin are
- * float32 [tokens][head_dim/2]. Query token i uses row i of the q tables, key
- * token j row j of the k tables (for self-attention pass the same pointers).
+ * float32, head_dim/2 entries a row. Query token i of head (b, h) uses the q
+ * tables' row at b * q_stride_batch + h * q_stride_head + i * q_stride_token
+ * floats, key token j of key head (b, h) the k tables' row likewise (for
+ * self-attention pass the same pointers and strides). The strides default
+ * to one [tokens][head_dim/2] table shared by every batch entry and head:
+ * a token stride of 0 means head_dim/2, batch and head strides of 0 share
+ * the rows (a zero-initialized struct's). Per-head tables (LTX-Video's
+ * frequencies differ per head) and per-sample ones set them.
  */
 typedef enum {
     VCATTN_ROPE_INTERLEAVED = 0,  /* rotates pairs (2i, 2i+1): Wan, HunyuanVideo */
@@ -122,8 +128,10 @@ typedef enum {
 
 typedef struct {
     vcattn_rope_style style;
-    const float *q_cos, *q_sin;   /* [Nq][D/2] */
-    const float *k_cos, *k_sin;   /* [Nk][D/2] */
+    const float *q_cos, *q_sin;   /* rows of query tokens */
+    const float *k_cos, *k_sin;   /* rows of key tokens */
+    int64_t q_stride_batch, q_stride_head, q_stride_token;  /* in floats, cos and sin alike */
+    int64_t k_stride_batch, k_stride_head, k_stride_token;
 } vcattn_rope;
 
 /* ----------------------------------------------------------------- config */

@@ -27,11 +27,18 @@ static void load_row_f64(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n
     }
 }
 
-/* Rotates x[d] of token `token` by the tables [.][d/2], in double. */
-static void rope_row_f64(double *x, int64_t d, const float *cos_tab, const float *sin_tab,
-                         int64_t token, vcattn_rope_style style) {
+/* Where the table row of token n of head (b, h) starts: the k tables' for
+ * keys, the q tables' for queries (a token stride of 0 meaning d/2). */
+static int64_t rope_row_at(const vcattn_rope *rope, int key, int64_t b, int64_t h, int64_t n, int64_t d) {
+    const int64_t token = key ? rope->k_stride_token : rope->q_stride_token;
+    const int64_t batch = key ? rope->k_stride_batch : rope->q_stride_batch;
+    const int64_t head = key ? rope->k_stride_head : rope->q_stride_head;
+    return b * batch + h * head + n * (token ? token : d / 2);
+}
+
+/* Rotates x[d] by its token's table rows (d/2 entries each), in double. */
+static void rope_row_f64(double *x, int64_t d, const float *cr, const float *sr, vcattn_rope_style style) {
     int64_t half = d / 2;
-    const float *cr = cos_tab + token * half, *sr = sin_tab + token * half;
     for (int64_t i = 0; i < half; i++) {
         int64_t i0 = style == VCATTN_ROPE_INTERLEAVED ? 2 * i : i;
         int64_t i1 = style == VCATTN_ROPE_INTERLEAVED ? 2 * i + 1 : i + half;
@@ -77,7 +84,10 @@ vcattn_status vcattn_reference_rows(const vcattn_tensor *q, const vcattn_tensor 
             for (int64_t j = 0; j < Nk; j++) {
                 load_row_f64(k, b, hk, j, kd + j * D);
                 if (v) load_row_f64(v, b, hk, j, vd + j * D);
-                if (rope) rope_row_f64(kd + j * D, D, rope->k_cos, rope->k_sin, j, rope->style);
+                if (rope) {
+                    const int64_t at = rope_row_at(rope, 1, b, hk, j, D);
+                    rope_row_f64(kd + j * D, D, rope->k_cos + at, rope->k_sin + at, rope->style);
+                }
             }
 #pragma omp parallel for schedule(dynamic, 16)
             for (int64_t r = 0; r < group * Nq; r++) {
@@ -85,7 +95,10 @@ vcattn_status vcattn_reference_rows(const vcattn_tensor *q, const vcattn_tensor 
                 int thread = omp_get_thread_num();
                 double *s = scratch + (size_t)thread * scratch_len, *qr = s + Nk;
                 load_row_f64(q, b, hq, i, qr);
-                if (rope) rope_row_f64(qr, D, rope->q_cos, rope->q_sin, i, rope->style);
+                if (rope) {
+                    const int64_t at = rope_row_at(rope, 0, b, hq, i, D);
+                    rope_row_f64(qr, D, rope->q_cos + at, rope->q_sin + at, rope->style);
+                }
                 for (int64_t j = 0; j < Nk; j++) {
                     const double *kr = kd + j * D;
                     double dot = 0.0;

@@ -469,7 +469,8 @@ vcattn_status study_schedule(const char *workload, uint64_t seed, int steps,
     vcattn_tensor tk = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, a.batch, a.heads_kv, a.tokens, a.head_dim);
     vcattn_tensor tv = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, a.batch, a.heads_kv, a.tokens, a.head_dim);
     vcattn_tensor to = vcattn_tensor_bhnd(o, VCATTN_DTYPE_F32, a.batch, a.heads_q, a.tokens, a.head_dim);
-    vcattn_rope rope = {a.rope_style, a.rope_cos, a.rope_sin, a.rope_cos, a.rope_sin};
+    vcattn_rope rope = {.style = a.rope_style, .q_cos = a.rope_cos, .q_sin = a.rope_sin, .k_cos = a.rope_cos,
+                        .k_sin = a.rope_sin};
     for (int r = 0; r < STUDY_SCHEDULE_COUNT; r++) {
         memset(&out[r], 0, sizeof out[r]);
         snprintf(out[r].name, sizeof out[r].name, "%s", variants[r].name);

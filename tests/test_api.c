@@ -16,6 +16,7 @@
 
 static float q[B * H * N * D], k[B * H * N * D], v[B * H * N * D], out[B * H * N * D];
 static float cos_tab[N * D / 2], sin_tab[N * D / 2];
+static float head_cos[H * N * D / 2], head_sin[H * N * D / 2];  /* per-head tables, head-major */
 
 static void fill(void) {
     for (int i = 0; i < B * H * N * D; i++) {
@@ -24,6 +25,7 @@ static void fill(void) {
         v[i] = (float)((i * 7) % 29) / 29.0f;
     }
     for (int i = 0; i < N * D / 2; i++) { cos_tab[i] = 1.0f; sin_tab[i] = 0.0f; }
+    for (int i = 0; i < H * N * D / 2; i++) { head_cos[i] = 1.0f; head_sin[i] = 0.0f; }
 }
 
 static void poison(void) {
@@ -53,7 +55,8 @@ static call_t good_call(void) {
     c.k = vcattn_tensor_bhnd(k, VCATTN_DTYPE_F32, B, H, N, D);
     c.v = vcattn_tensor_bhnd(v, VCATTN_DTYPE_F32, B, H, N, D);
     c.out = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, B, H, N, D);
-    vcattn_rope r = {VCATTN_ROPE_INTERLEAVED, cos_tab, sin_tab, cos_tab, sin_tab};
+    vcattn_rope r = {.style = VCATTN_ROPE_INTERLEAVED, .q_cos = cos_tab, .q_sin = sin_tab, .k_cos = cos_tab,
+                     .k_sin = sin_tab};
     c.rope = r;
     c.rope_ptr = NULL;
     return c;
@@ -218,6 +221,10 @@ static void test_bad_inputs(vcattn_context *ctx) {
     expect(ctx, &c, VCATTN_ERR_NULL_POINTER, "rope table missing");
     c = good_call(); c.rope.style = (vcattn_rope_style)9; c.rope_ptr = &c.rope;
     expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "bad rope style");
+    c = good_call(); c.rope.k_stride_head = -1; c.rope_ptr = &c.rope;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "negative rope stride");
+    c = good_call(); c.rope.q_stride_head = (int64_t)1 << 62; c.rope_ptr = &c.rope;
+    expect(ctx, &c, VCATTN_ERR_INVALID_ARGUMENT, "rope table past the address space");
 
     /* Non-finite inputs: rejected by default (policy in docs/formats.md). */
     float saved = q[5];
@@ -231,6 +238,17 @@ static void test_bad_inputs(vcattn_context *ctx) {
     cos_tab[3] = NAN;
     c = good_call(); c.rope_ptr = &c.rope; expect(ctx, &c, VCATTN_ERR_NONFINITE_INPUT, "NaN in rope table");
     cos_tab[3] = 1.0f;
+    /* per-head tables: the finite check reads the rows the strides reach */
+    head_sin[N * D / 2 + 5] = NAN;  /* head 1's row 0 */
+    c = good_call(); c.rope.q_cos = c.rope.k_cos = head_cos; c.rope.q_sin = c.rope.k_sin = head_sin;
+    c.rope_ptr = &c.rope;
+    CHECK(vcattn_attention(ctx, &c.cfg, &c.q, &c.k, &c.v, &c.out, NULL, c.rope_ptr, NULL) == VCATTN_OK,
+          "a NaN past the rows a shared table reaches: %s", vcattn_last_error(ctx));
+    c.rope.q_stride_head = N * D / 2;
+    expect(ctx, &c, VCATTN_ERR_NONFINITE_INPUT, "NaN in head 1's q rope rows");
+    c.rope.q_stride_head = 0; c.rope.k_stride_head = N * D / 2;
+    expect(ctx, &c, VCATTN_ERR_NONFINITE_INPUT, "NaN in head 1's k rope rows");
+    head_sin[N * D / 2 + 5] = 0.0f;
 
     /* Scores beyond what float32 softmax resolves (|s| > 2^20 in log2 units):
      * refused by the same check (docs/robustness.md). */

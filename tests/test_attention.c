@@ -61,6 +61,10 @@ static vcattn_status run(vcattn_context *ctx, const vcattn_config *cfg, case_t *
     return vcattn_attention(ctx, cfg, &t->tq, &t->tk, &t->tv, &t->tout, t->lse, NULL, layer);
 }
 
+static vcattn_status run_rope(vcattn_context *ctx, const vcattn_config *cfg, case_t *t, const vcattn_rope *rope) {
+    return vcattn_attention(ctx, cfg, &t->tq, &t->tk, &t->tv, &t->tout, t->lse, rope, NULL);
+}
+
 static double lse_max_err(const case_t *t) {
     double e = 0.0;
     for (int64_t i = 0; i < t->b * t->hq * t->nq; i++) e = fmax(e, fabs(t->lse[i] - t->ref_lse[i]));
@@ -218,6 +222,82 @@ static void test_layouts_and_gqa(vcattn_context *ctx) {
     case_free(&t);
 }
 
+/* Per-head RoPE tables, strided as LTX-Video's [B][N][H][D/2]: the call
+ * equals, bit for bit, calls on each (batch entry, query head) alone with
+ * that head's rows as a packed [N][D/2] table; the FP64 reference too.
+ * methods_count: sage2, then vc. */
+static void per_head_rope_case(vcattn_context *ctx, int64_t heads_q, int64_t heads_kv, int methods_count) {
+    case_t t;
+    case_init(&t, 2, heads_q, heads_kv, 77, 200, 64, 1.0f);
+    const int64_t b = t.b, hq = t.hq, hkv = t.hkv, nq = t.nq, nk = t.nk, d = t.d, half = d / 2;
+    float *qc = malloc((size_t)(b * nq * hq * half) * sizeof(float)),
+                       *qs = malloc((size_t)(b * nq * hq * half) * sizeof(float));
+    float *kc = malloc((size_t)(b * nk * hkv * half) * sizeof(float)),
+                       *ks = malloc((size_t)(b * nk * hkv * half) * sizeof(float));
+    for (int64_t i = 0; i < b * nq * hq * half; i++) qc[i] = cosf(0.37f * (float)i), qs[i] = sinf(0.37f * (float)i);
+    for (int64_t i = 0; i < b * nk * hkv * half; i++) kc[i] = cosf(0.53f * (float)i), ks[i] = sinf(0.53f * (float)i);
+    float *pqc = malloc((size_t)(nq * half) * sizeof(float)), *pqs = malloc((size_t)(nq * half) * sizeof(float));
+    float *pkc = malloc((size_t)(nk * half) * sizeof(float)), *pks = malloc((size_t)(nk * half) * sizeof(float));
+    float *o1 = malloc((size_t)(nq * d) * sizeof(float));
+    double *r1 = malloc((size_t)(nq * d) * sizeof(double));
+    static const char *const methods[] = {"sage2", "vc"};
+    for (int style = 0; style < 2; style++) {
+        const vcattn_rope rope = {.style = style ? VCATTN_ROPE_HALF_SPLIT : VCATTN_ROPE_INTERLEAVED,
+                                  .q_cos = qc, .q_sin = qs, .k_cos = kc, .k_sin = ks,
+                                  .q_stride_batch = nq * hq * half, .q_stride_head = half, .q_stride_token = hq * half,
+                                  .k_stride_batch = nk * hkv * half, .k_stride_head = half,
+                                       .k_stride_token = hkv * half};
+        vcattn_reference_attention(&t.tq, &t.tk, &t.tv, &rope, 0.0f, t.ref, NULL);
+        for (int m = 0; m < methods_count; m++) {
+            vcattn_config c;
+            vcattn_config_from_method(methods[m], &c);
+            CHECK(run_rope(ctx, &c, &t, &rope) == VCATTN_OK, "%s per-head rope: %s", methods[m],
+                  vcattn_last_error(ctx));
+            int diff = 0, ref_diff = 0;
+            for (int64_t ib = 0; ib < b; ib++)
+                for (int64_t h = 0; h < hq; h++) {
+                    const int64_t hk = h / (hq / hkv);
+                    for (int64_t n = 0; n < nq; n++)
+                        for (int64_t i = 0; i < half; i++) {
+                            pqc[n * half + i] = qc[((ib * nq + n) * hq + h) * half + i];
+                            pqs[n * half + i] = qs[((ib * nq + n) * hq + h) * half + i];
+                        }
+                    for (int64_t n = 0; n < nk; n++)
+                        for (int64_t i = 0; i < half; i++) {
+                            pkc[n * half + i] = kc[((ib * nk + n) * hkv + hk) * half + i];
+                            pks[n * half + i] = ks[((ib * nk + n) * hkv + hk) * half + i];
+                        }
+                    const vcattn_rope packed = {.style = rope.style, .q_cos = pqc, .q_sin = pqs, .k_cos = pkc,
+                                                .k_sin = pks};
+                    vcattn_tensor sq = vcattn_tensor_bhnd(t.q + (ib * hq + h) * nq * d, VCATTN_DTYPE_F32, 1, 1, nq, d);
+                    vcattn_tensor sk = vcattn_tensor_bhnd(t.k + (ib * hkv + hk) * nk * d, VCATTN_DTYPE_F32, 1,
+                                                          1, nk, d);
+                    vcattn_tensor sv = vcattn_tensor_bhnd(t.v + (ib * hkv + hk) * nk * d, VCATTN_DTYPE_F32, 1,
+                                                          1, nk, d);
+                    vcattn_tensor so = vcattn_tensor_bhnd(o1, VCATTN_DTYPE_F32, 1, 1, nq, d);
+                    CHECK(vcattn_attention(ctx, &c, &sq, &sk, &sv, &so, NULL, &packed, NULL) == VCATTN_OK, "slice");
+                    diff += memcmp(o1, t.out + (ib * hq + h) * nq * d, (size_t)(nq * d) * sizeof(float)) != 0;
+                    if (m == 0) {
+                        vcattn_reference_attention(&sq, &sk, &sv, &packed, 0.0f, r1, NULL);
+                        ref_diff += memcmp(r1, t.ref + (ib * hq + h) * nq * d, (size_t)(nq * d) * sizeof(double)) != 0;
+                    }
+                }
+            CHECK(diff == 0, "%s %s: %d heads differ from their own packed tables", methods[m],
+                  style ? "half-split" : "interleaved", diff);
+            if (m == 0) CHECK(ref_diff == 0, "reference: %d heads differ from their own packed tables", ref_diff);
+        }
+    }
+    free(qc); free(qs); free(kc); free(ks); free(pqc); free(pqs); free(pkc); free(pks); free(o1); free(r1);
+    case_free(&t);
+}
+
+/* GQA with sage2 (per-head quantization alone); V-Smooth's probe weighs a key
+ * head's values by all its query heads, so vc is sliced without GQA. */
+static void test_per_head_rope(vcattn_context *ctx) {
+    per_head_rope_case(ctx, 4, 2, 1);
+    per_head_rope_case(ctx, 3, 3, 2);
+}
+
 /* Same call twice, and with 1 or 2 threads: the same bits. */
 static void test_determinism(vcattn_context *ctx) {
     case_t t;
@@ -308,7 +388,8 @@ static void test_method_ordering(vcattn_context *ctx) {
     vcattn_tensor tq = vcattn_tensor_bhnd(qb, VCATTN_DTYPE_BF16, 1, hq, nq, d);
     vcattn_tensor tk = vcattn_tensor_bhnd(kb, VCATTN_DTYPE_BF16, 1, w.heads_kv, nq, d);
     vcattn_tensor tv = vcattn_tensor_bhnd(vb, VCATTN_DTYPE_BF16, 1, w.heads_kv, nq, d);
-    vcattn_rope rope = {w.rope_style, w.rope_cos, w.rope_sin, w.rope_cos, w.rope_sin};
+    vcattn_rope rope = {.style = w.rope_style, .q_cos = w.rope_cos, .q_sin = w.rope_sin, .k_cos = w.rope_cos,
+                        .k_sin = w.rope_sin};
     double *ref = malloc((size_t)(hq * nq * d) * sizeof(double));
     float *out = malloc((size_t)(hq * nq * d) * sizeof(float));
     vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, 1, hq, nq, d);
@@ -486,6 +567,7 @@ int main(int argc, char **argv) {
     TL_RUN(test_expcast_row_bound(ctx));
     TL_RUN(test_expcast_min_keys(ctx));
     TL_RUN(test_layouts_and_gqa(ctx));
+    TL_RUN(test_per_head_rope(ctx));
     TL_RUN(test_determinism(ctx));
     TL_RUN(test_output_dtypes_and_guards(ctx));
     TL_RUN(test_method_ordering(ctx));

@@ -30,7 +30,10 @@
 #define GUARD_WORD 0x5aa5f00du
 
 enum { V_SINKS = 1, V_FLAT = 2, V_ATTENDED = 3 };  /* shape_t.v_case */
-enum { ROPE_HALVES = 2 };  /* shape_t.rope: RoPE on pairs (i, i + D/2) instead of interleaved ones */
+/* shape_t.rope: 1 RoPE on interleaved pairs (2i, 2i + 1); ROPE_HALVES on pairs
+ * (i, i + D/2); ROPE_PER_HEAD added: each batch entry and head has its own
+ * table rows, laid out [B][N][H][D/2] as LTX-Video's (strided tables). */
+enum { ROPE_HALVES = 2, ROPE_PER_HEAD = 4 };
 
 typedef struct {
     const char *name;
@@ -38,7 +41,7 @@ typedef struct {
     int nhd;            /* [B,N,H,D] layout */
     int pad;            /* extra elements per row: a strided (non-contiguous) view */
     vcattn_dtype dtype; /* inputs and output */
-    int rope;           /* 0: none; 1: interleaved pairs (2i, 2i + 1); ROPE_HALVES: pairs (i, i + D/2) */
+    int rope;           /* 0: none; else 1 or ROPE_HALVES, with ROPE_PER_HEAD or not */
     const char *method;
     int v_case;         /* 0: clusters; V_SINKS: every 300th value token near zero
                          * (the sink guard); V_FLAT: odd heads plain noise, whose
@@ -90,26 +93,43 @@ typedef struct {
     vcattn_rope rope;
 } inputs_t;
 
+/* RoPE tables of n tokens: [n][D/2], or [B][n][heads][D/2] per head (angles
+ * shifted and scaled by batch entry and head); their strides go to rope. */
+static void rope_tables(const shape_t *s, int64_t heads, int64_t n, float **co, float **si, int64_t *strides) {
+    const int per_head = (s->rope & ROPE_PER_HEAD) != 0;
+    const int64_t half = s->d / 2, rows = per_head ? s->b * n * heads : n;
+    *co = malloc((size_t)(rows * half) * sizeof(float));
+    *si = malloc((size_t)(rows * half) * sizeof(float));
+    strides[0] = per_head ? n * heads * half : 0;
+    strides[1] = per_head ? half : 0;
+    strides[2] = per_head ? heads * half : 0;  /* 0: the default, D/2 */
+    for (int64_t b = 0; b < (per_head ? s->b : 1); b++)
+        for (int64_t h = 0; h < (per_head ? heads : 1); h++)
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < half; j++) {
+                    const double pos = (double)(i + 3 * b + 5 * h), speed = 1.0 + 0.25 * (double)h;
+                    const double th = pos * speed * pow(10000.0, -2.0 * (double)j / (double)s->d);
+                    const int64_t at = b * strides[0] + h * strides[1] + i * (per_head ? strides[2] : half) + j;
+                    (*co)[at] = (float)cos(th);
+                    (*si)[at] = (float)sin(th);
+                }
+}
+
 static void make_inputs(const shape_t *s, inputs_t *in) {
     in->qd = make_tensor(s, s->hq, s->nq, 0, &in->q);
     in->kd = make_tensor(s, s->hkv, s->nk, 1, &in->k);
     in->vd = make_tensor(s, s->hkv, s->nk, 2, &in->v);
-    int64_t half = s->d / 2, n = s->nq > s->nk ? s->nq : s->nk;
-    in->cos_q = malloc((size_t)(n * half) * sizeof(float));
-    in->sin_q = malloc((size_t)(n * half) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < half; j++) {
-            double th = (double)i * pow(10000.0, -2.0 * (double)j / (double)s->d);
-            in->cos_q[i * half + j] = (float)cos(th);
-            in->sin_q[i * half + j] = (float)sin(th);
-        }
-    in->cos_k = in->cos_q; in->sin_k = in->sin_q;
-    in->rope = (vcattn_rope){s->rope == ROPE_HALVES ? VCATTN_ROPE_HALF_SPLIT : VCATTN_ROPE_INTERLEAVED,
-                             in->cos_q, in->sin_q, in->cos_k, in->sin_k};
+    int64_t qs[3], ks[3];
+    rope_tables(s, s->hq, s->nq, &in->cos_q, &in->sin_q, qs);
+    rope_tables(s, s->hkv, s->nk, &in->cos_k, &in->sin_k, ks);
+    in->rope = (vcattn_rope){.style = s->rope & ROPE_HALVES ? VCATTN_ROPE_HALF_SPLIT : VCATTN_ROPE_INTERLEAVED,
+                             .q_cos = in->cos_q, .q_sin = in->sin_q, .k_cos = in->cos_k, .k_sin = in->sin_k,
+                             .q_stride_batch = qs[0], .q_stride_head = qs[1], .q_stride_token = qs[2],
+                             .k_stride_batch = ks[0], .k_stride_head = ks[1], .k_stride_token = ks[2]};
 }
 
 static void free_inputs(inputs_t *in) {
-    free(in->qd); free(in->kd); free(in->vd); free(in->cos_q); free(in->sin_q);
+    free(in->qd); free(in->kd); free(in->vd); free(in->cos_q); free(in->sin_q); free(in->cos_k); free(in->sin_k);
 }
 
 /* Output as float [B][Hq][Nq][D] in a guarded buffer of the shape's dtype/layout. */
@@ -720,6 +740,8 @@ static void run_order_choice(vcattn_context *cpu, vcattn_context *gpu) {
         {"order choice attended keys GQA rope", 1, 8, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+probe32",
          V_ATTENDED},
         {"order choice D=64 tail sinks", 1, 4, 4, 300, 1300, 64, 0, 0, VCATTN_DTYPE_F32, 0, "vsmooth", V_SINKS},
+        {"order choice per-head rope B=2 NHD", 2, 4, 2, 600, 700, 128, 1, 0, VCATTN_DTYPE_BF16, 1 | ROPE_PER_HEAD,
+         "vc+probe32", V_ATTENDED},
         /* the reference's key ranges of several tiles, the last one partial
          * (141 tiles of 64 keys in 47 ranges of 3) */
         {"order choice key ranges", 1, 16, 16, 300, 9000, 64, 0, 0, VCATTN_DTYPE_BF16, 0, "vc+probe32", V_ATTENDED},
@@ -873,6 +895,9 @@ int main(int argc, char **argv) {
         {"Nq=1000 Nk=4097 rope", 1, 2, 2, 1000, 4097, 128, 0, 0, VCATTN_DTYPE_BF16, 1, NULL, 0},
         {"N=1000 GQA half-split rope", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, ROPE_HALVES, NULL, 0},
         {"N=333 D=64 fp16 half-split rope", 2, 2, 2, 333, 333, 64, 1, 0, VCATTN_DTYPE_F16, ROPE_HALVES, NULL, 0},
+        {"B=2 GQA NHD per-head rope", 2, 4, 2, 1000, 1000, 128, 1, 0, VCATTN_DTYPE_BF16, 1 | ROPE_PER_HEAD, NULL, 0},
+        {"N=333 D=64 per-head half-split rope", 1, 2, 2, 333, 500, 64, 0, 0, VCATTN_DTYPE_F16,
+         ROPE_HALVES | ROPE_PER_HEAD, NULL, 0},
         {"B=2 GQA 8/2 NHD", 2, 8, 2, 700, 900, 128, 1, 0, VCATTN_DTYPE_BF16, 1, NULL, 0},
         {"strided rows", 1, 3, 3, 640, 333, 128, 0, 8, VCATTN_DTYPE_BF16, 0, NULL, 0},
         {"D=64 B=2 NHD", 2, 4, 4, 1000, 1000, 64, 1, 0, VCATTN_DTYPE_BF16, 1, NULL, 0},
@@ -898,6 +923,8 @@ int main(int argc, char **argv) {
         {"qsmooth N=129 fp16", 1, 2, 2, 129, 129, 128, 0, 0, VCATTN_DTYPE_F16, 0, "vsmooth+qsmooth", 0},
         {"qsmooth D=64 tail", 1, 2, 1, 17, 4097, 64, 0, 0, VCATTN_DTYPE_F32, 0, "sage2+qsmooth", 0},
         {"qsmooth hadamard", 1, 2, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 1, "vc+hadamard+qsmooth", 0},
+        {"qsmooth per-head rope GQA", 2, 4, 2, 500, 700, 128, 1, 0, VCATTN_DTYPE_BF16, 1 | ROPE_PER_HEAD, "vc+qsmooth",
+         0},
     };
     for (size_t i = 0; i < sizeof qsmooth_shapes / sizeof qsmooth_shapes[0]; i++)
         if (wanted(&qsmooth_shapes[i])) run_shape(cpu, gpu, &qsmooth_shapes[i], i % 2);
@@ -945,6 +972,10 @@ int main(int argc, char **argv) {
         {"N=333 D64 qsmooth probe", 2, 2, 2, 333, 4097, 64, 1, 0, VCATTN_DTYPE_F16, 1, "vc+qsmooth+probe", 0},
         {"N=129 no smoothing probe", 1, 2, 1, 129, 129, 128, 0, 0, VCATTN_DTYPE_F32, 0, "vc+probe", 0},
         {"N=1000 GQA attended probe32", 1, 4, 2, 1000, 1000, 128, 0, 0, VCATTN_DTYPE_BF16, 0, "vc+probe32", V_ATTENDED},
+        {"B=2 GQA NHD per-head rope probe", 2, 4, 2, 1000, 1000, 128, 1, 0, VCATTN_DTYPE_BF16, 1 | ROPE_PER_HEAD,
+         "vc+probe", V_SINKS},
+        {"N=333 D64 per-head half-split qsmooth", 1, 2, 2, 333, 500, 64, 0, 0, VCATTN_DTYPE_F16,
+         ROPE_HALVES | ROPE_PER_HEAD, "vc+qsmooth", 0},
     };
     for (size_t i = 0; i < sizeof quant_shapes / sizeof quant_shapes[0]; i++) {
         if (!wanted(&quant_shapes[i])) continue;

@@ -221,7 +221,7 @@ static void rope_overflow(vcattn_context *ctx, const char *backend) {
         out[i] = -7.0f;
     }
     for (int i = 0; i < N * D / 2; i++) cs[i] = 0.70710678f;
-    vcattn_rope rope = {VCATTN_ROPE_INTERLEAVED, cs, cs, cs, cs};
+    vcattn_rope rope = {.style = VCATTN_ROPE_INTERLEAVED, .q_cos = cs, .q_sin = cs, .k_cos = cs, .k_sin = cs};
     const views t = make_views(q, k, v, out, N, N, D);
     expect_refused(ctx, backend, &t, &rope, "keys past the float maximum after RoPE");
     /* The same with the roles swapped and one key, which K smoothing makes

@@ -117,7 +117,7 @@ static void check_case(const char *name, dims s, int use_rope, vcattn_rope_style
     if (!tl_wanted(name)) return;
     int64_t nq = s.B * s.Hq * s.Nq * s.D, nk = s.B * s.Hkv * s.Nk * s.D;
     float *q = random_floats(nq, 2.0f), *k = random_floats(nk, 2.0f), *v = random_floats(nk, 1.0f);
-    vcattn_rope rope = {style, NULL, NULL, NULL, NULL};
+    vcattn_rope rope = {.style = style, .q_cos = NULL, .q_sin = NULL, .k_cos = NULL, .k_sin = NULL};
     float *qc, *qs, *kc, *ks;
     rope_tables(s.Nq, s.D, 3, &qc, &qs);  /* queries sit 3 positions later */
     rope_tables(s.Nk, s.D, 0, &kc, &ks);
@@ -180,7 +180,7 @@ static void check_layouts_and_dtypes(void) {
     float *qc, *qs, *kc, *ks;
     rope_tables(s.Nq, s.D, 0, &qc, &qs);
     rope_tables(s.Nk, s.D, 0, &kc, &ks);
-    vcattn_rope rope = {VCATTN_ROPE_HALF_SPLIT, qc, qs, kc, ks};
+    vcattn_rope rope = {.style = VCATTN_ROPE_HALF_SPLIT, .q_cos = qc, .q_sin = qs, .k_cos = kc, .k_sin = ks};
     vcattn_tensor tq = hnd(q, VCATTN_DTYPE_F32, s.B, s.Hq, s.Nq, s.D);
     vcattn_tensor tk = hnd(k, VCATTN_DTYPE_F32, s.B, s.Hkv, s.Nk, s.D);
     vcattn_tensor tv = hnd(v, VCATTN_DTYPE_F32, s.B, s.Hkv, s.Nk, s.D);

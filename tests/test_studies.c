@@ -60,7 +60,8 @@ static int ordering_draw(vcattn_context *ctx, const ordering_case *oc, uint64_t 
     vcattn_tensor tq = vcattn_tensor_bhnd(qb, VCATTN_DTYPE_BF16, w.batch, w.heads_q, w.tokens, w.head_dim);
     vcattn_tensor tk = vcattn_tensor_bhnd(kb, VCATTN_DTYPE_BF16, w.batch, w.heads_kv, w.tokens, w.head_dim);
     vcattn_tensor tv = vcattn_tensor_bhnd(vb, VCATTN_DTYPE_BF16, w.batch, w.heads_kv, w.tokens, w.head_dim);
-    vcattn_rope rope = {w.rope_style, w.rope_cos, w.rope_sin, w.rope_cos, w.rope_sin};
+    vcattn_rope rope = {.style = w.rope_style, .q_cos = w.rope_cos, .q_sin = w.rope_sin, .k_cos = w.rope_cos,
+                        .k_sin = w.rope_sin};
     double *ref = malloc((size_t)nq * sizeof(double));
     float *out = malloc((size_t)nq * sizeof(float));
     vcattn_tensor to = vcattn_tensor_bhnd(out, VCATTN_DTYPE_F32, w.batch, w.heads_q, w.tokens, w.head_dim);
@@ -255,7 +256,8 @@ int main(int argc, char **argv) {
     vcattn_tensor q = vcattn_tensor_bhnd(w.q, VCATTN_DTYPE_F32, w.batch, w.heads_q, w.tokens, w.head_dim);
     vcattn_tensor k = vcattn_tensor_bhnd(w.k, VCATTN_DTYPE_F32, w.batch, w.heads_kv, w.tokens, w.head_dim);
     vcattn_tensor v = vcattn_tensor_bhnd(w.v, VCATTN_DTYPE_F32, w.batch, w.heads_kv, w.tokens, w.head_dim);
-    vcattn_rope rope = {w.rope_style, w.rope_cos, w.rope_sin, w.rope_cos, w.rope_sin};
+    vcattn_rope rope = {.style = w.rope_style, .q_cos = w.rope_cos, .q_sin = w.rope_sin, .k_cos = w.rope_cos,
+                        .k_sin = w.rope_sin};
     vcattn_config cfg = vcattn_config_default();
 
     study_order o[STUDY_ORDER_COUNT];

@@ -1,5 +1,6 @@
 """The ctypes mirror (python/vcattn/_capi.py) against include/vcattn.h: the
-structs field by field with their C types, and the status codes by name and
+structs field by field with their C types, the version (the mirror's, the
+CMake project's and the Python package's), and the status codes by name and
 value; and docs/api.md's table of config fields against the struct. Any
 change to the header that the mirror or that table does not follow fails
 here.
@@ -44,6 +45,17 @@ for struct, mirror in (("vcattn_config", _capi.Config), ("vcattn_tensor", _capi.
     for (wn, wt), (gn, gt) in zip(want, got):
         check(wn == gn and wt is gt, "%s: header field %s (%s), mirror %s (%s)" % (
             struct, wn, getattr(wt, "__name__", wt), gn, gt.__name__))
+
+major, minor = (int(re.search(r"#define VCATTN_VERSION_%s (\d+)" % part, header).group(1))
+                for part in ("MAJOR", "MINOR"))
+check(_capi.VERSION == (major, minor), "the mirror is version %s, the header %d.%d: a struct change bumps both"
+      % (".".join(map(str, _capi.VERSION)), major, minor))
+root = os.path.join(here, "..", "..")
+for name, pattern in (("CMakeLists.txt", r"project\(vcattn VERSION (\d+)\.(\d+)\."),
+                      ("pyproject.toml", r'^version = "(\d+)\.(\d+)\.')):
+    found = re.search(pattern, open(os.path.join(root, name)).read(), flags=re.M)
+    check(found is not None and (int(found.group(1)), int(found.group(2))) == (major, minor),
+          "%s's version is not the header's %d.%d" % (name, major, minor))
 
 body = re.search(r"typedef enum \{([^}]*)\}\s*vcattn_status;", header).group(1)
 value, statuses = -1, {}

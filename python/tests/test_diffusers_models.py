@@ -132,9 +132,12 @@ if hasattr(diffusers, "LTXVideoTransformer3DModel"):
     m = diffusers.LTXVideoTransformer3DModel(
         in_channels=8, out_channels=8, num_attention_heads=2, attention_head_dim=32, cross_attention_dim=64,
         num_layers=2, caption_channels=16)
-    run("LTX-Video", m, dict(hidden_states=torch.randn(1, 2 * 8 * 8, 8), encoder_hidden_states=torch.randn(1, 6, 16),
-                             timestep=torch.tensor([900]), encoder_attention_mask=text_mask,
-                             num_frames=2, height=8, width=8), 2)
+    inputs = dict(hidden_states=torch.randn(1, 2 * 8 * 8, 8), encoder_hidden_states=torch.randn(1, 6, 16),
+                  timestep=torch.tensor([900]), encoder_attention_mask=text_mask, num_frames=2, height=8, width=8)
+    run("LTX-Video", m, inputs, 2)
+    # the self-attention's RoPE fused with per-head tables (LTX-Video's frequencies span
+    # the inner dimension); cross-attention swapped too, on the stock path
+    check_fused_rope("LTX-Video", m, inputs, vd.LTXVideoRopeProcessor, 4, calls=2)
 
 # SkyReels-V2 (Wan's processor under another name) and ChronoEdit (Wan's processor
 # copied into its own module): self- and cross-attention swapped, the

@@ -354,6 +354,37 @@ if torch is not None:
         check(torch.equal(vcattn.attention(*nhd_in, tensor_layout="NHD", rope=(cos, sin), rope_style=style),
                           fused.transpose(1, 2)), "rope %s: NHD differs from HND" % style)
     check(not torch.equal(fused, vcattn.attention(rq, rk, rv)), "rope tables had no effect")
+    # per-sample, per-head tables [B, H, N, D/2], here a strided view of [B, N, H, D/2] rows (LTX-Video's
+    # layout); [1, H, ...] and [B, 1, ...] tables broadcast; the same bits as rotating each head first
+    bq, bk, bv = (torch.randn(2, 3, 300, 64) for _ in range(3))
+    head_angles = (torch.rand(2, 300, 3, 32) * 6.3).transpose(1, 2)
+    hcos, hsin = head_angles.cos(), head_angles.sin()
+
+    def rotated_heads(x, c, s, style):
+        a, b = (x[..., 0::2], x[..., 1::2]) if style == "interleaved" else (x[..., :32], x[..., 32:])
+        ra, rb = a * c - b * s, a * s + b * c
+        return torch.stack((ra, rb), -1).flatten(-2) if style == "interleaved" else torch.cat((ra, rb), -1)
+    for style in ("interleaved", "half"):
+        for c, s in ((hcos, hsin), (hcos[:1], hsin[:1]), (hcos[:, :1], hsin[:, :1])):
+            fused = vcattn.attention(bq, bk, bv, rope=(c, s), rope_style=style)
+            check(torch.equal(fused, vcattn.attention(rotated_heads(bq, c, s, style), rotated_heads(bk, c, s, style),
+                                                      bv)),
+                  "rope %s, tables %s: fused differs from rotating each head first" % (style, tuple(c.shape)))
+    nhd_in = [t.transpose(1, 2) for t in (bq, bk, bv)]
+    check(torch.equal(vcattn.attention(*nhd_in, tensor_layout="NHD", rope=(hcos, hsin)),
+                      vcattn.attention(bq, bk, bv, rope=(hcos, hsin)).transpose(1, 2)), "per-head rope: NHD vs HND")
+    compiled_rope = torch.compile(lambda *a: vcattn.attention(*a[:3], rope=a[3:]) + 1, fullgraph=True,
+                                  backend="aot_eager")
+    check(torch.equal(compiled_rope(bq, bk, bv, hcos, hsin), vcattn.attention(bq, bk, bv, rope=(hcos, hsin)) + 1),
+          "per-head rope under torch.compile(fullgraph=True)")
+    raises(ValueError, lambda: vcattn.attention(bq, bk, bv, rope=(hcos[:, :2], hsin[:, :2])), "heads or 1",
+           "per-head rope tables of the wrong head count")
+    raises(ValueError, lambda: vcattn.attention(bq, bk, bv, rope=(hcos, hsin[:1])), "same shape",
+           "rope cos and sin of different shapes")
+    raises(ValueError, lambda: vcattn.attention(torch.randn(2, 4, 300, 64), torch.randn(2, 2, 300, 64),
+                                                torch.randn(2, 2, 300, 64), rope=(hcos[:, :1].expand(2, 4, 300, 32),
+                                                                                  hsin[:, :1].expand(2, 4, 300, 32))),
+           "as many key heads", "per-head rope tables with GQA")
     raises(ValueError, lambda: vcattn.attention(rq, rk, rv, rope=(cos[:100], sin[:100])), "[tokens, head_dim/2]",
            "rope tables of the wrong length")
     raises(ValueError, lambda: vcattn.attention(rq, rk[:, :, :200], rv[:, :, :200], rope=(cos, sin)),

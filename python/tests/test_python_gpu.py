@@ -3,8 +3,8 @@ CUDA tensors give the C API's bits, run on the current stream and device,
 give the sequential bits from two threads on two streams, survive
 torch.compile(fullgraph=True), replay from a CUDA graph (drop-in calls; the
 others are refused while capturing), pad small head dims, reject CPU/CUDA
-mixes, keep the schedule's grouping on the GPU, and give a varlen pack the
-bits of one call per sequence."""
+mixes, keep the schedule's grouping on the GPU, give a varlen pack the
+bits of one call per sequence, and take per-head RoPE tables."""
 import os
 import sys
 import threading
@@ -157,5 +157,31 @@ for d in (128, 96):
         check(packed.is_cuda and packed.shape == vq.shape and torch.equal(packed, torch.cat(alone)),
               "varlen on the GPU (D %d, %s key lengths) differs from one call per sequence"
               % (d, "same" if cuk is cu else "other"))
+
+# RoPE inside the quantizers, per-head tables [B, H, N, D/2] (LTX-Video's form): a table shared by expanding
+# gives the bits of the [N, D/2] table; a strided view the bits of its contiguous copy; the result is as close
+# to exact attention on the rotated inputs as without RoPE; the same under torch.compile
+angles = torch.rand(2, 1000, 8, 64, device="cuda") * 6.3  # [B, N, H, D/2]
+hcos, hsin = angles.cos().transpose(1, 2), angles.sin().transpose(1, 2)
+flat_cos, flat_sin = hcos[0, 0], hsin[0, 0]
+shared = vcattn.attention(q, k, v, rope=(flat_cos, flat_sin))
+check(torch.equal(vcattn.attention(q, k, v, rope=(flat_cos.expand(2, 8, 1000, 64), flat_sin.expand(2, 8, 1000, 64))),
+                  shared), "expanded per-head tables differ from the [N, D/2] table")
+per_head = vcattn.attention(q, k, v, rope=(hcos, hsin))
+check(torch.equal(vcattn.attention(q, k, v, rope=(hcos.contiguous(), hsin.contiguous())), per_head),
+      "strided per-head tables differ from their contiguous copy")
+
+
+def rotated(x, c, s):
+    a, b = x.float()[..., 0::2], x.float()[..., 1::2]
+    return torch.stack((a * c - b * s, a * s + b * c), -1).flatten(-2)
+
+
+rq, rk = rotated(q, hcos, hsin), rotated(k, hcos, hsin)
+rope_ref = torch.nn.functional.scaled_dot_product_attention(rq, rk, v.float())
+check(rel(per_head, rope_ref) < 0.06 and not torch.equal(per_head, shared),
+      "per-head RoPE error %.4f against exact attention on the rotated inputs" % rel(per_head, rope_ref))
+compiled_rope = torch.compile(lambda *a: vcattn.attention(*a[:3], rope=a[3:]) + 1, fullgraph=True)
+check(torch.equal(compiled_rope(q, k, v, hcos, hsin), per_head + 1), "per-head RoPE under torch.compile differs")
 
 finish("test_python_gpu")

@@ -115,7 +115,8 @@ def attention(q: Any, k: Any, v: Any, tensor_layout: Layout = "HND", is_causal: 
     rope: (cos, sin), float tensors [N, D/2] on q's device (torch tensors
     only): q and k come before their rotary embedding, which the quantizers
     apply in float32 (no rounded copy of the rotated q and k); one table for
-    both, so Nq == Nk. rope_style: "interleaved" rotates the pairs
+    both, so Nq == Nk. Tables [B or 1, H or 1, N, D/2] (any strides) give
+    each batch entry or head its own rows (LTX-Video's differ per head). rope_style: "interleaved" rotates the pairs
     (2i, 2i+1) (Wan, HunyuanVideo), "half" the pairs (i, i + D/2) (GPT-NeoX).
     config: the result of vcattn.config(...) or a {field: value} mapping;
     switches: config fields as keywords (e.g. sink_guard=0.5, hadamard=1),

@@ -4,6 +4,7 @@ import ctypes
 import enum
 import os
 
+VERSION = (0, 2)  # VCATTN_VERSION_MAJOR, _MINOR: the structs above are this version's
 F32, F16, BF16 = 0, 1, 2
 BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA = 0, 1, 2
 
@@ -37,7 +38,10 @@ class Tensor(ctypes.Structure):
 
 class Rope(ctypes.Structure):
     _fields_ = [("style", ctypes.c_int), ("q_cos", ctypes.c_void_p), ("q_sin", ctypes.c_void_p),
-                ("k_cos", ctypes.c_void_p), ("k_sin", ctypes.c_void_p)]
+                ("k_cos", ctypes.c_void_p), ("k_sin", ctypes.c_void_p),
+                ("q_stride_batch", ctypes.c_int64), ("q_stride_head", ctypes.c_int64),
+                ("q_stride_token", ctypes.c_int64), ("k_stride_batch", ctypes.c_int64),
+                ("k_stride_head", ctypes.c_int64), ("k_stride_token", ctypes.c_int64)]
 
 
 class Config(ctypes.Structure):
@@ -77,6 +81,11 @@ def load(path=None):
         raise OSError(f"{path}: its vcattn_config is {'of unknown size' if size is None else f'{size()} bytes'}, "
                       f"this vcattn package's is {ctypes.sizeof(Config)} bytes: the library and the package "
                       f"come from different versions (rebuild, or point VCATTN_LIB at the matching library)")
+    lib.vcattn_version_number.restype = ctypes.c_uint
+    linked = divmod(lib.vcattn_version_number() // 100, 100)
+    if linked != VERSION:
+        raise OSError(f"{path}: the library is version {linked[0]}.{linked[1]}, this vcattn package's structs are "
+                      f"{VERSION[0]}.{VERSION[1]}'s (rebuild, or point VCATTN_LIB at the matching library)")
     lib.vcattn_create.argtypes = [ctypes.POINTER(vp), i32]
     lib.vcattn_destroy.argtypes = [vp]
     lib.vcattn_last_error.argtypes = [vp]

@@ -26,8 +26,8 @@ def _desc(t, layout):
 def run(q, k, v, layout, sm_scale, method, switches, layer, check_finite, rope=None, want_lse=True):
     """The op's body, at run time (never traced): the C call on q's device and
     current stream. switches: {field: value}; layer: a C layer handle or None;
-    rope: (q_cos, q_sin, k_cos, k_sin, style code) with float32 [N, D/2]
-    tables (contiguous, on q's device), or None. Returns (out, lse), lse
+    rope: (q_cos, q_sin, k_cos, k_sin, style code) with float32 tables
+    [N, D/2] or [B or 1, H or 1, N, D/2] on q's device, or None. Returns (out, lse), lse
     None unless want_lse (the library then forms no LSE: a call saves the
     per-row LSE shifts of Q's pass)."""
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
@@ -39,7 +39,10 @@ def run(q, k, v, layout, sm_scale, method, switches, layer, check_finite, rope=N
     tables = None
     if rope is not None:
         q_cos, q_sin, k_cos, k_sin, style = rope
-        tables = _capi.Rope(style, q_cos.data_ptr(), q_sin.data_ptr(), k_cos.data_ptr(), k_sin.data_ptr())
+        q_cos, q_sin = _same_rows(q_cos, q_sin)
+        k_cos, k_sin = _same_rows(k_cos, k_sin)
+        tables = _capi.Rope(style, q_cos.data_ptr(), q_sin.data_ptr(), k_cos.data_ptr(), k_sin.data_ptr(),
+                            *_table_strides(q_cos), *_table_strides(k_cos))
     views = (_desc(q, layout), _desc(k, layout), _desc(v, layout), _desc(out, layout))
     if q.is_cuda:
         ctx = _core._context(_capi.BACKEND_CUDA)
@@ -49,6 +52,20 @@ def run(q, k, v, layout, sm_scale, method, switches, layer, check_finite, rope=N
     else:
         _core.run(_core._context(_capi.BACKEND_CPU), cfg, *views, lse_ptr, layer, tables)
     return out, lse
+
+
+def _same_rows(cos, sin):
+    """cos and sin with unit element strides and one layout (the C struct has one set of strides for both)."""
+    if cos.stride(-1) != 1 or sin.stride(-1) != 1 or cos.stride() != sin.stride():
+        return cos.contiguous(), sin.contiguous()
+    return cos, sin
+
+
+def _table_strides(t):
+    """(batch, head, token) strides of a [N, D/2] or [B, H, N, D/2] table; a size-1 axis is shared (stride 0)."""
+    if t.dim() == 2:
+        return 0, 0, t.stride(0)
+    return tuple(s if n > 1 else 0 for n, s in zip(t.shape[:3], t.stride()[:3]))
 
 
 def no_lse(q):
@@ -116,8 +133,9 @@ def prepare(q, k, v, sm_scale, layout="HND", rope=None, rope_style="interleaved"
     scale = float(sm_scale if sm_scale is not None else d ** -0.5)
     cos = sin = None
     if rope is not None:
-        seq = 2 if layout == "HND" else 1
-        cos, sin = _rope_tables(rope, q.shape[seq], k.shape[seq], d, q.device)
+        seq, head = (2, 1) if layout == "HND" else (1, 2)
+        cos, sin = _rope_tables(rope, q.shape[0], q.shape[head], k.shape[head], q.shape[seq], k.shape[seq], d,
+                                q.device)
     if q.is_cuda and d not in _core._GPU_HEAD_DIMS:
         if d > max(_core._GPU_HEAD_DIMS) or d % 8:
             raise ValueError("vcattn: head dim %d unsupported on the GPU (64 and 128; smaller multiples of 8 "
@@ -132,10 +150,11 @@ def prepare(q, k, v, sm_scale, layout="HND", rope=None, rope_style="interleaved"
     return q, k, v, scale, d, cos, sin, ROPE_STYLES[rope_style]
 
 
-def _rope_tables(rope, nq, nk, d, device):
-    """(cos, sin) as contiguous float32 [N, D/2], checked."""
+def _rope_tables(rope, batch, hq, hk, nq, nk, d, device):
+    """(cos, sin) as float32 [N, D/2] or [B or 1, H or 1, N, D/2] tables, checked."""
     if not (isinstance(rope, (tuple, list)) and len(rope) == 2):
-        raise TypeError("vcattn: rope must be a (cos, sin) pair of [tokens, head_dim/2] tensors")
+        raise TypeError("vcattn: rope must be a (cos, sin) pair of [tokens, head_dim/2] or "
+                        "[batch, heads, tokens, head_dim/2] tensors")
     if nq != nk:
         raise ValueError("vcattn: q and k share the rope tables, so they need as many tokens (got %d and %d)"
                          % (nq, nk))
@@ -147,12 +166,21 @@ def _rope_tables(rope, nq, nk, d, device):
             raise TypeError("vcattn: rope %s must be a torch tensor, got %s" % (name, type(t).__name__))
         if t.device != device:
             raise ValueError("vcattn: rope %s is on %s, q on %s" % (name, t.device, device))
-        if tuple(t.shape) != (nk, d // 2):
-            raise ValueError("vcattn: rope %s must be [tokens, head_dim/2] = [%d, %d], got %s"
-                             % (name, nk, d // 2, tuple(t.shape)))
+        shape = tuple(t.shape)
+        if not (shape == (nk, d // 2) or (len(shape) == 4 and shape[0] in (1, batch) and shape[1] in (1, hq)
+                                           and shape[2:] == (nk, d // 2))):
+            raise ValueError("vcattn: rope %s must be [tokens, head_dim/2] = [%d, %d] or [batch or 1, heads or 1, "
+                             "tokens, head_dim/2] = [%d, %d, %d, %d], got %s"
+                             % (name, nk, d // 2, batch, hq, nk, d // 2, shape))
+        if len(shape) == 4 and shape[1] > 1 and hq != hk:
+            raise ValueError("vcattn: per-head rope tables need as many key heads as query heads (got %d and %d)"
+                             % (hq, hk))
         if not t.is_floating_point():
             raise ValueError("vcattn: rope %s must be a float tensor, got %s" % (name, t.dtype))
-        tables.append(t.to(torch.float32).contiguous())
+        tables.append(t.to(torch.float32))
+    if tables[0].shape != tables[1].shape:
+        raise ValueError("vcattn: rope cos and sin must have the same shape, got %s and %s"
+                         % (tuple(tables[0].shape), tuple(tables[1].shape)))
     return tables
 
 

@@ -213,10 +213,14 @@ def _sdpa(reason, query, key, value, attn_mask, dropout_p, is_causal, scale, ena
 
 def _rotate(x, cos, sin):
     """Interleaved RoPE (pairs 2i, 2i+1) of x [B, S, H, D] by float tables
-    [S, D/2], in float32 and back in x's dtype, as diffusers' Wan processor
-    applies it: the SDPA routes of a call that came with its RoPE tables."""
+    [S, D/2] or [B or 1, H or 1, S, D/2], in float32 and back in x's dtype,
+    as diffusers' Wan processor applies it: the SDPA routes of a call that
+    came with its RoPE tables."""
     x1, x2 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
-    c, s = cos.float()[None, :, None, :], sin.float()[None, :, None, :]
+    if cos.ndim == 2:
+        c, s = cos.float()[None, :, None, :], sin.float()[None, :, None, :]
+    else:
+        c, s = cos.float().transpose(1, 2), sin.float().transpose(1, 2)
     return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), -1).flatten(-2).to(x.dtype)
 
 
@@ -236,9 +240,9 @@ def _beyond_vcattn(query, is_causal, dropout_p):
 
 def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
            _parallel_config, rope=None):
-    """rope: (cos, sin) [S, D/2] tables for query and key given before their
-    rotary embedding (interleaved pairs): applied inside vcattn's quantizers,
-    or here before an SDPA route."""
+    """rope: (cos, sin) [S, D/2] or [B or 1, H or 1, S, D/2] tables for query
+    and key given before their rotary embedding (interleaved pairs): applied
+    inside vcattn's quantizers, or here before an SDPA route."""
     if getattr(_parallel_config, "context_parallel_config", None) is not None:
         return _route_parallel(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                                return_lse, _parallel_config, rope)
@@ -381,7 +385,12 @@ def _masked(call, q, k, v, key_mask, scale, cos, sin):
     outs = []
     for i in range(q.shape[0]):
         kept = keep[i]
-        rope_i = (cos, sin, cos[kept].contiguous(), sin[kept].contiguous(), 0) if cos is not None else None
+        rope_i = None
+        if cos is not None and cos.ndim == 2:
+            rope_i = (cos, sin, cos[kept].contiguous(), sin[kept].contiguous(), 0)
+        elif cos is not None:  # [B or 1, H or 1, S, D/2]: sample i's rows
+            qc, qs = (t[i:i + 1] if t.shape[0] > 1 else t for t in (cos, sin))
+            rope_i = (qc, qs, qc[:, :, kept], qs[:, :, kept], 0)
         outs.append(call(q[i:i + 1], k[i:i + 1, kept], v[i:i + 1, kept], rope_i)[0])
     return torch.cat(outs), None
 
@@ -504,6 +513,11 @@ def _rope_processors():
     except (ImportError, AttributeError):
         pass
     try:
+        from diffusers.models.transformers import transformer_ltx as ltx
+        found[ltx.LTXVideoAttnProcessor] = LTXVideoRopeProcessor
+    except (ImportError, AttributeError):
+        pass
+    try:
         from diffusers.models.transformers import transformer_kandinsky as kandinsky
         found[kandinsky.Kandinsky5AttnProcessor] = Kandinsky5RopeProcessor
     except (ImportError, AttributeError):
@@ -568,6 +582,31 @@ class WanRopeProcessor(_FusedRopeProcessor):
         hidden_states = _route(True, query, key, value, attention_mask, 0.0, False, None, False, False,
                                self._parallel_config, rope=rope)
         hidden_states = hidden_states.flatten(2, 3).type_as(query)
+        hidden_states = attn.to_out[0](hidden_states)
+        return attn.to_out[1](hidden_states)
+
+
+class LTXVideoRopeProcessor(_FusedRopeProcessor):
+    """diffusers' LTXVideoAttnProcessor with the self-attention's RoPE inside
+    vcattn's quantizers. LTX-Video rotates the whole inner dimension before
+    it splits the heads, so each head has its own frequencies: its [B, S,
+    H*D] tables (each pair's angle repeated) reach the quantizers as
+    per-head [B, H, S, D/2] ones. Cross-attention and masked calls run the
+    stock processor."""
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
+        if encoder_hidden_states is not None or attention_mask is not None or image_rotary_emb is None or \
+                image_rotary_emb[0].ndim != 3 or image_rotary_emb[0].shape[1] != hidden_states.shape[1]:
+            return self.stock(attn, hidden_states, encoder_hidden_states, attention_mask, image_rotary_emb)
+        query = attn.norm_q(attn.to_q(hidden_states)).unflatten(2, (attn.heads, -1))
+        key = attn.norm_k(attn.to_k(hidden_states)).unflatten(2, (attn.heads, -1))
+        value = attn.to_v(hidden_states).unflatten(2, (attn.heads, -1))
+        # [B, S, H*D] -> [B, H, S, D/2]: one angle a pair, the rows of a token's heads side by side
+        cos, sin = (t[..., 0::2].contiguous().unflatten(2, (attn.heads, -1)).transpose(1, 2)
+                    for t in image_rotary_emb)
+        hidden_states = _route(True, query, key, value, None, 0.0, False, None, False, False,
+                               self._parallel_config, rope=(cos, sin))
+        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
         hidden_states = attn.to_out[0](hidden_states)
         return attn.to_out[1](hidden_states)
 

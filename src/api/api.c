@@ -147,6 +147,9 @@ static int array_span(const char *name, const void *p, int64_t count, size_t esi
 
 static int spans_meet(span a, span b) { return a.lo < b.hi && b.lo < a.hi; }
 
+static const char *const rope_table_names[4] = {"the rope q_cos table", "the rope q_sin table",
+                                                 "the rope k_cos table", "the rope k_sin table"};
+
 /* out and lse are written after the inputs are read: neither may share a
  * byte with an input, with the other, or with itself. Spans are compared
  * whole (first to last byte), so interleaved views of one buffer count as
@@ -165,15 +168,11 @@ static vcattn_status check_aliasing(vcattn_context *ctx, const vcattn_tensor *q,
     in[n++] = view_span("q", q);
     in[n++] = view_span("k", k);
     in[n++] = view_span("v", v);
-    if (rope) {
-        const int64_t half = q->head_dim / 2;
-        const struct { const char *name; const float *table; int64_t tokens; } tables[4] = {
-            {"the rope q_cos table", rope->q_cos, q->tokens}, {"the rope q_sin table", rope->q_sin, q->tokens},
-            {"the rope k_cos table", rope->k_cos, k->tokens}, {"the rope k_sin table", rope->k_sin, k->tokens}};
-        for (int i = 0; i < 4; i++)
-            if (!array_span(tables[i].name, tables[i].table, tables[i].tokens * half, sizeof(float), &in[n++]))
-                return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "%s passes the address space", tables[i].name);
-    }
+    if (rope)
+        for (int i = 0; i < 4; i++) {
+            const vcattn_tensor t = vcattn_rope_table(rope, i, i < 2 ? q : k);
+            in[n++] = view_span(rope_table_names[i], &t);
+        }
     const span o = view_span("out", out);
     span l = {"lse", 0, 0};
     if (lse && !array_span("lse", lse, out->batch * out->heads * out->tokens, sizeof(float), &l))
@@ -205,10 +204,38 @@ static int scan_within(const vcattn_tensor *t, float max, int threads) {
     return ok;
 }
 
-static int table_finite(const float *tab, int64_t count) {
-    for (int64_t i = 0; i < count; i++)
-        if (!vcattn_isfinite_f32(tab[i])) return 0;
-    return 1;
+/* Whether a RoPE table's rows are finite, each shared row scanned once. */
+static int table_finite(vcattn_tensor t, int threads) {
+    if (t.stride_batch == 0) t.batch = 1;
+    if (t.stride_head == 0) t.heads = 1;
+    return scan_within(&t, FLT_MAX, threads);
+}
+
+/* The tables as views over q's and k's sizes: present, of a known style,
+ * with non-negative strides, aligned, within the address space. */
+static vcattn_status check_rope(vcattn_context *ctx, const vcattn_rope *rope, const vcattn_tensor *q,
+                                const vcattn_tensor *k) {
+    if (!rope->q_cos || !rope->q_sin || !rope->k_cos || !rope->k_sin)
+        return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "rope: all four tables are required");
+    if (rope->style != VCATTN_ROPE_INTERLEAVED && rope->style != VCATTN_ROPE_HALF_SPLIT)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "rope: unknown style %d", (int)rope->style);
+    if ((((uintptr_t)rope->q_cos | (uintptr_t)rope->q_sin | (uintptr_t)rope->k_cos | (uintptr_t)rope->k_sin) %
+         sizeof(float)) != 0)
+        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "rope: tables not aligned to 4-byte floats");
+    const int64_t strides[6] = {rope->q_stride_batch, rope->q_stride_head, rope->q_stride_token,
+                                rope->k_stride_batch, rope->k_stride_head, rope->k_stride_token};
+    for (int i = 0; i < 6; i++)
+        if (strides[i] < 0)
+            return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT,
+                               "rope: strides must be non-negative (q %lld, %lld, %lld; k %lld, %lld, %lld)",
+                               (long long)strides[0], (long long)strides[1], (long long)strides[2],
+                               (long long)strides[3], (long long)strides[4], (long long)strides[5]);
+    vcattn_status s;
+    for (int i = 0; i < 4; i++) {
+        const vcattn_tensor t = vcattn_rope_table(rope, i, i < 2 ? q : k);
+        if ((s = check_tensor(ctx, &t, rope_table_names[i]))) return s;
+    }
+    return VCATTN_OK;
 }
 
 vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg,
@@ -247,14 +274,8 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
                            (long long)q->heads, (long long)k->heads);
     char why[VCATTN_ERRMSG_LEN];
     if ((s = vcattn_config_check(cfg, d, why, sizeof why))) return vcattn_fail(ctx, s, "%s", why);
-    if (rope && (!rope->q_cos || !rope->q_sin || !rope->k_cos || !rope->k_sin))
-        return vcattn_fail(ctx, VCATTN_ERR_NULL_POINTER, "rope: all four tables are required");
+    if (rope && (s = check_rope(ctx, rope, q, k))) return s;
     if (has_out && (s = check_aliasing(ctx, q, k, v, out, lse, rope))) return s;
-    if (rope && rope->style != VCATTN_ROPE_INTERLEAVED && rope->style != VCATTN_ROPE_HALF_SPLIT)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "rope: unknown style %d", (int)rope->style);
-    if (rope && (((uintptr_t)rope->q_cos | (uintptr_t)rope->q_sin | (uintptr_t)rope->k_cos |
-                  (uintptr_t)rope->k_sin) % sizeof(float)) != 0)
-        return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "rope: tables not aligned to 4-byte floats");
     if ((uintptr_t)lse % sizeof(float) != 0)
         return vcattn_fail(ctx, VCATTN_ERR_INVALID_ARGUMENT, "lse: pointer not aligned to 4-byte floats");
     if (cfg->check_finite && scan_host) {
@@ -262,11 +283,9 @@ vcattn_status vcattn_validate_call(vcattn_context *ctx, const vcattn_config *cfg
         if (!scan_within(q, FLT_MAX, threads)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "q contains NaN or Inf");
         if (!scan_within(k, FLT_MAX, threads)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "k contains NaN or Inf");
         if (!scan_within(v, FLT_MAX, threads)) return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "v contains NaN or Inf");
-        if (rope && (!table_finite(rope->q_cos, q->tokens * d / 2) ||
-                     !table_finite(rope->q_sin, q->tokens * d / 2) ||
-                     !table_finite(rope->k_cos, k->tokens * d / 2) ||
-                     !table_finite(rope->k_sin, k->tokens * d / 2)))
-            return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "rope tables contain NaN or Inf");
+        for (int i = 0; rope && i < 4; i++)
+            if (!table_finite(vcattn_rope_table(rope, i, i < 2 ? q : k), threads))
+                return vcattn_fail(ctx, VCATTN_ERR_NONFINITE_INPUT, "rope tables contain NaN or Inf");
         /* v's own dtype may hold more than out's (float32 or bfloat16 v, float16 out) */
         const float out_max = vcattn_dtype_max(out->dtype);
         if (has_out && out_max < vcattn_dtype_max(v->dtype) && !scan_within(v, out_max, threads))

@@ -64,6 +64,12 @@ vcattn_status vcattn_fail(vcattn_context *ctx, vcattn_status status, const char 
  * thread multiplies share (key % 8) / 2. */
 static inline int vcattn_k_lane_group(int64_t key) { return (int)((key & 7) >> 1); }
 
+/* RoPE table `which` (0 q_cos, 1 q_sin, 2 k_cos, 3 k_sin) as a float32
+ * view [B, H, N, D/2] over the sizes of x (q for the q tables, k for the k
+ * tables), with the struct's strides (a token stride of 0 meaning D/2):
+ * row (b, h, n) of the view is the row that token's rotation reads. */
+vcattn_tensor vcattn_rope_table(const vcattn_rope *rope, int which, const vcattn_tensor *x);
+
 /* Element (b, h, n, d) of a tensor view as float. */
 float vcattn_tensor_get(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n, int64_t d);
 /* Copies row (b, h, n) into dst[head_dim] as float. */

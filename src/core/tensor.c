@@ -69,6 +69,16 @@ static int64_t row_offset(const vcattn_tensor *t, int64_t b, int64_t h, int64_t 
     return b * t->stride_batch + h * t->stride_head + n * t->stride_token;
 }
 
+vcattn_tensor vcattn_rope_table(const vcattn_rope *rope, int which, const vcattn_tensor *x) {
+    const float *tables[4] = {rope->q_cos, rope->q_sin, rope->k_cos, rope->k_sin};
+    const int key = which >= 2;
+    const int64_t token = key ? rope->k_stride_token : rope->q_stride_token;
+    vcattn_tensor t = {(void *)tables[which], VCATTN_DTYPE_F32, x->batch, x->heads, x->tokens, x->head_dim / 2,
+                       key ? rope->k_stride_batch : rope->q_stride_batch,
+                       key ? rope->k_stride_head : rope->q_stride_head, token ? token : x->head_dim / 2};
+    return t;
+}
+
 float vcattn_tensor_get(const vcattn_tensor *t, int64_t b, int64_t h, int64_t n, int64_t d) {
     int64_t i = row_offset(t, b, h, n) + d;
     switch (t->dtype) {

@@ -63,13 +63,23 @@ static inline float dot8(const float *a, const float *b, int64_t d) {
 
 /* --------------------------------------------------------------- operands */
 
-static float *load_rows(const vcattn_tensor *t, int64_t b, int64_t h, const float *cos_tab,
-                        const float *sin_tab, vcattn_rope_style style) {
+/* Head (b, h)'s rows of t as float, rotated when rope is set (key: by the k
+ * tables, else the q tables). */
+static float *load_rows(const vcattn_tensor *t, int64_t b, int64_t h, const vcattn_rope *rope, int key) {
     float *x = malloc((size_t)(t->tokens * t->head_dim) * sizeof(float));
     if (!x) return NULL;
+    vcattn_tensor co, si;
+    if (rope) {
+        co = vcattn_rope_table(rope, key ? 2 : 0, t);
+        si = vcattn_rope_table(rope, key ? 3 : 1, t);
+    }
     for (int64_t n = 0; n < t->tokens; n++) {
         vcattn_tensor_load_row(t, b, h, n, x + n * t->head_dim);
-        if (cos_tab) cpu_rope_row(x + n * t->head_dim, t->head_dim, cos_tab, sin_tab, n, style);
+        if (rope) {
+            const int64_t at = b * co.stride_batch + h * co.stride_head + n * co.stride_token;
+            cpu_rope_row(x + n * t->head_dim, t->head_dim, (const float *)co.data + at, (const float *)si.data + at,
+                         rope->style);
+        }
     }
     return x;
 }
@@ -121,9 +131,8 @@ static vcattn_status prepare_kv(const problem *p, const vcattn_tensor *k, const 
     int64_t b = g / p->hkv, h = g % p->hkv, n = p->nk, d = p->d;
     kv_head *kv = &p->kv[g];
     vcattn_status st = VCATTN_ERR_OUT_OF_MEMORY;
-    float *kx = load_rows(k, b, h, rope ? rope->k_cos : NULL, rope ? rope->k_sin : NULL,
-                          rope ? rope->style : VCATTN_ROPE_INTERLEAVED);
-    float *vx = load_rows(v, b, h, NULL, NULL, VCATTN_ROPE_INTERLEAVED);
+    float *kx = load_rows(k, b, h, rope, 1);
+    float *vx = load_rows(v, b, h, NULL, 0);
     float *kp = malloc((size_t)(n * d) * sizeof(float));
     float *vp = malloc((size_t)(n * d) * sizeof(float));
     double *norms = malloc((size_t)n * sizeof(double));
@@ -186,8 +195,7 @@ static vcattn_status prepare_q(const problem *p, const vcattn_tensor *q, const v
     int64_t b = gq / p->hq, h = gq % p->hq, n = p->nq, d = p->d;
     const kv_head *kv = &p->kv[b * p->hkv + h / (p->hq / p->hkv)];
     q_head *qh = &p->qh[gq];
-    float *x = load_rows(q, b, h, rope ? rope->q_cos : NULL, rope ? rope->q_sin : NULL,
-                         rope ? rope->style : VCATTN_ROPE_INTERLEAVED);
+    float *x = load_rows(q, b, h, rope, 0);
     qh->lse_shift = calloc((size_t)n, sizeof(float));
     double *norms = malloc((size_t)n * sizeof(double));  /* of the rows as quantized */
     if (!x || !qh->lse_shift || !norms) {
@@ -446,9 +454,8 @@ static double sampled_error(const problem *p, const problem *alt, const vcattn_t
                             const vcattn_tensor *v, const vcattn_rope *rope, int64_t g, double *err_alt) {
     const int64_t b = g / p->hkv, h = g % p->hkv, group = p->hq / p->hkv, n = p->nk, d = p->d;
     const int rows = p->cfg->vsmooth_order_rows;
-    float *kx = load_rows(k, b, h, rope ? rope->k_cos : NULL, rope ? rope->k_sin : NULL,
-                          rope ? rope->style : VCATTN_ROPE_INTERLEAVED);
-    float *vx = load_rows(v, b, h, NULL, NULL, VCATTN_ROPE_INTERLEAVED);
+    float *kx = load_rows(k, b, h, rope, 1);
+    float *vx = load_rows(v, b, h, NULL, 0);
     double *e = malloc((size_t)n * sizeof *e);
     float *got = malloc((size_t)d * 2 * sizeof *got);
     double err = 0.0;
@@ -459,8 +466,7 @@ static double sampled_error(const problem *p, const problem *alt, const vcattn_t
     }
     for (int64_t hq = h * group; hq < (h + 1) * group; hq++) {
         const int64_t gq = b * p->hq + hq;
-        float *qx = load_rows(q, b, hq, rope ? rope->q_cos : NULL, rope ? rope->q_sin : NULL,
-                              rope ? rope->style : VCATTN_ROPE_INTERLEAVED);
+        float *qx = load_rows(q, b, hq, rope, 0);
         if (!qx) {
             err = -1.0;
             goto done;

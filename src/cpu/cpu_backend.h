@@ -28,9 +28,8 @@ int cpu_startable_threads(int wanted);
 /* In-place normalized Walsh-Hadamard transform of x[d], d a power of two. */
 void cpu_hadamard(float *x, int64_t d);
 
-/* Rotates row x[d] of token `token` in place with the given tables [n][d/2]. */
-void cpu_rope_row(float *x, int64_t d, const float *cos_tab, const float *sin_tab,
-                  int64_t token, vcattn_rope_style style);
+/* Rotates row x[d] in place by its token's table rows (d/2 entries each). */
+void cpu_rope_row(float *x, int64_t d, const float *cos_row, const float *sin_row, vcattn_rope_style style);
 
 /*
  * The value path alone, for analyses: quantizes one head's V [n][d] (already

@@ -3,10 +3,8 @@
 
 #include <math.h>
 
-void cpu_rope_row(float *x, int64_t d, const float *cos_tab, const float *sin_tab,
-                  int64_t token, vcattn_rope_style style) {
+void cpu_rope_row(float *x, int64_t d, const float *c, const float *s, vcattn_rope_style style) {
     int64_t half = d / 2;
-    const float *c = cos_tab + token * half, *s = sin_tab + token * half;
     for (int64_t i = 0; i < half; i++) {
         int64_t a = style == VCATTN_ROPE_INTERLEAVED ? 2 * i : i;
         int64_t b = style == VCATTN_ROPE_INTERLEAVED ? 2 * i + 1 : i + half;

@@ -314,16 +314,17 @@ vcattn_status stage_inputs(call_state &cs, const call_shape &c, const vcattn_ten
         (st = tensor_view(cs, "v", v, device, 1, &in->v, &staged)))
         return st;
     if (rope) {
-        const size_t qb = (size_t)(c.Nq * c.D / 2) * sizeof(float), kb = (size_t)(c.Nk * c.D / 2) * sizeof(float);
-        void *tabs[4];
         const char *names[4] = {"rope.q_cos", "rope.q_sin", "rope.k_cos", "rope.k_sin"};
-        const float *src[4] = {rope->q_cos, rope->q_sin, rope->k_cos, rope->k_sin};
-        for (int i = 0; i < 4; i++)
-            if ((st = device_view(cs, names[i], (void *)src[i], i < 2 ? qb : kb, 4, device, 1, &tabs[i], &staged)))
-                return st;
+        dev_tensor tabs[4];
+        for (int i = 0; i < 4; i++) {
+            const vcattn_tensor t = vcattn_rope_table(rope, i, i < 2 ? q : k);
+            if ((st = tensor_view(cs, names[i], &t, device, 1, &tabs[i], &staged))) return st;
+        }
         const int half = rope->style == VCATTN_ROPE_HALF_SPLIT;
-        in->qrope = {(const float *)tabs[0], (const float *)tabs[1], half};
-        in->krope = {(const float *)tabs[2], (const float *)tabs[3], half};
+        in->qrope = {(const float *)tabs[0].data, (const float *)tabs[1].data, tabs[0].sb, tabs[0].sh,
+                     tabs[0].sn, half};
+        in->krope = {(const float *)tabs[2].data, (const float *)tabs[3].data, tabs[2].sb, tabs[2].sh,
+                     tabs[2].sn, half};
     }
     return VCATTN_OK;
 }

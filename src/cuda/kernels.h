@@ -14,9 +14,13 @@ struct dev_tensor {
     int vec;    // every row starts 16-byte aligned: rows load 8 elements at a time
 };
 
+// RoPE tables on the device: the row of token n of head (b, h) starts at
+// b*sb + h*sh + n*sn floats (vcattn_rope_table's view).
 struct dev_rope {
-    const float *cos_tab, *sin_tab;  // [N][D/2], or NULL for no rotation
+    const float *cos_tab, *sin_tab;  // or NULL for no rotation
+    int64_t sb, sh, sn;
     int half_split;                  // VCATTN_ROPE_HALF_SPLIT
+    __host__ __device__ int64_t row_at(int b, int h, int64_t n) const { return b * sb + h * sh + n * sn; }
 };
 
 // Bits of *error_flag, each refusing the call with its own message.
@@ -140,7 +144,7 @@ cudaError_t kmeans_group(const dev_tensor &v, const quant_common &c, int cluster
 // The caller's q, k, v on the device, and the RoPE tables of q and k.
 struct call_tensors {
     dev_tensor q, k, v;
-    dev_rope qrope = {nullptr, nullptr, 0}, krope = {nullptr, nullptr, 0};
+    dev_rope qrope = {nullptr, nullptr, 0, 0, 0, 0}, krope = {nullptr, nullptr, 0, 0, 0, 0};
 };
 
 // The token order chosen per key head at a grouping step (order_choice.cu):

@@ -33,7 +33,7 @@ __global__ void gather_rows_kernel(sampled_rows a, const int8_t *q_codes, const 
 __device__ void rotated8(const dev_tensor &t, const dev_rope &rope, int b, int h, int64_t n, int c, int d, float *x) {
     load_row8(t, b, h, n, c, x);
     if (!rope.cos_tab) return;
-    const float *co = rope.cos_tab + n * (d / 2), *si = rope.sin_tab + n * (d / 2);
+    const float *co = rope.cos_tab + rope.row_at(b, h, n), *si = rope.sin_tab + rope.row_at(b, h, n);
     if (rope.half_split) {
         const bool first = c < d / 2;
         const int pair = first ? c : c - d / 2;

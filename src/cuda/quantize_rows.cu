@@ -99,14 +99,15 @@ __device__ __forceinline__ void load_rows(const dev_tensor &t, const int64_t (&a
     }
 }
 
-// RoPE of the lane's elements of row x at position src, as the CPU: for a
+// RoPE of the lane's elements of row x by the table rows at `row`
+// (dev_rope::row_at of the row's head and original position), as the CPU: for a
 // pair (xa, xb), xa co - xb si and xa si + xb co. CHECK: fold the table
 // entries into fold (finite_fold; the K mean skips it: quantize_k reads the
 // same entries). A row spans LANES lanes (a segment of the warp: 32, or
 // kRowLanes in the row quantizers); the lane's elements are [E sl, E sl + E),
 // sl its place in the segment.
 template <int D, bool CHECK, int LANES = 32>
-__device__ __forceinline__ void rope_row(const dev_rope &rope, int src, float *x, float &fold) {
+__device__ __forceinline__ void rope_row(const dev_rope &rope, int64_t row, float *x, float &fold) {
     constexpr int E = D / LANES;
     if (!rope.cos_tab) return;
     const int sl = threadIdx.x % LANES;
@@ -115,7 +116,7 @@ __device__ __forceinline__ void rope_row(const dev_rope &rope, int src, float *x
         // with si negated, the second's xa si + xb co with its terms swapped
         // (the same roundings: no selects on the integer pipe).
         const float sign = sl < LANES / 2 ? -1.0f : 1.0f;
-        const int64_t at = (int64_t)src * (D / 2) + (sl % (LANES / 2)) * E;
+        const int64_t at = row + (sl % (LANES / 2)) * E;
 #pragma unroll
         for (int k = 0; k < E; k++) {
             const float co = rope.cos_tab[at + k], si = rope.sin_tab[at + k];
@@ -124,7 +125,7 @@ __device__ __forceinline__ void rope_row(const dev_rope &rope, int src, float *x
             x[k] = x[k] * co + other * (si * sign);
         }
     } else {  // interleaved pairs (2i, 2i + 1) inside the lane
-        const int64_t at = (int64_t)src * (D / 2) + sl * (E / 2);
+        const int64_t at = row + sl * (E / 2);
 #pragma unroll
         for (int k = 0; k < E; k += 2) {
             const float co = rope.cos_tab[at + k / 2], si = rope.sin_tab[at + k / 2];
@@ -166,7 +167,7 @@ __global__ void __launch_bounds__(32 * kMeanLanes) k_mean_partial_kernel(dev_ten
 #pragma unroll
         for (int i = 0; i < BATCH; i++) {
             if (valid[i]) {
-                rope_row<D, false>(rope, n0 + kMeanLanes * i, x[i], no_fold);
+                rope_row<D, false>(rope, rope.row_at(b, h, n0 + kMeanLanes * i), x[i], no_fold);
 #pragma unroll
                 for (int e = 0; e < E; e++) sum[e] += x[i][e];
             }
@@ -230,7 +231,7 @@ __device__ __forceinline__ float seg_max(float x) {
     return x;
 }
 
-// Row (token n, original position src) rotated, smoothed and Hadamard-
+// Row (token n; its RoPE table rows at rope_at) rotated, smoothed and Hadamard-
 // transformed in place, with the arithmetic of the CPU's prepare_q /
 // prepare_kv (same products and sums, same bits); returns the row's amax.
 // mean, qm: the K channel mean (used when a.kmean) and Q's channel mean
@@ -243,14 +244,14 @@ __device__ __forceinline__ float seg_max(float x) {
 // before the Hadamard); 0 for a row past the end or without the check.
 // fold: the RoPE table entries read are folded in (finite_fold).
 template <int D, bool IS_KEY, bool QSMOOTH>
-__device__ __forceinline__ float transform_row(const row_args &a, int64_t head, int n, int src, bool valid,
+__device__ __forceinline__ float transform_row(const row_args &a, int64_t head, int n, int64_t rope_at, bool valid,
                                                const float *mean_s, const float *qm_s, float *x, float &norm_max,
                                                float &row_norm, float &fold) {
     constexpr int E = D / kRowLanes;
     const int sl = threadIdx.x % kRowLanes;
     const float *mean = mean_s + sl * E, *qm = qm_s + sl * E;
     row_norm = 0.0f;
-    rope_row<D, true, kRowLanes>(a.rope, src, x, fold);
+    rope_row<D, true, kRowLanes>(a.rope, rope_at, x, fold);
     if (a.kmean) {
         if constexpr (IS_KEY) {
 #pragma unroll
@@ -414,7 +415,8 @@ __global__ void __launch_bounds__(kRowThreads, IS_KEY ? 2 : 4) quantize_rows_ker
             for (int k = 0; k < E; k++) fold = finite_fold(fold, x[i][k]);
         float row_norm;
         float amax =
-            transform_row<D, IS_KEY, QSMOOTH>(a, head, n, src[i], valid[i], mean, qm, x[i], norm_max, row_norm, fold);
+            transform_row<D, IS_KEY, QSMOOTH>(a, head, n, a.rope.row_at(b, h, src[i]), valid[i], mean, qm, x[i],
+                                              norm_max, row_norm, fold);
         if (!valid[i]) {  // rows past the end: codes 0, no part in the scales
             amax = 0.0f;
 #pragma unroll
@@ -494,7 +496,8 @@ __global__ void __launch_bounds__(kRowThreads) quantize_probe_rows_kernel(row_ar
     float norm_max = 0.0f, row_norm, fold = 0.0f;
     const float *qm = QSMOOTH ? a.qmean + head * D : no_mean;
     const float amax =
-        transform_row<D, false, QSMOOTH>(a, head, n, n, valid[0], no_mean, qm, x[0], norm_max, row_norm, fold);
+        transform_row<D, false, QSMOOTH>(a, head, n, a.rope.row_at(b, hq, n), valid[0], no_mean, qm, x[0], norm_max,
+                                         row_norm, fold);
     checked(fold, a.c);
     if (!valid[0]) return;
     const vcattn_int8_scale sc = vcattn_int8_scale_from_amax(amax);

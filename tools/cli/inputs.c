@@ -120,7 +120,8 @@ vcattn_status load_inputs(const options *o, inputs *in, char *err) {
         }
         *dst[i] = vcattn_tensor_bhnd(data, o->dtype, w->batch, heads, w->tokens, w->head_dim);
     }
-    in->rope = (vcattn_rope){w->rope_style, w->rope_cos, w->rope_sin, w->rope_cos, w->rope_sin};
+    in->rope = (vcattn_rope){.style = w->rope_style, .q_cos = w->rope_cos, .q_sin = w->rope_sin,
+                             .k_cos = w->rope_cos, .k_sin = w->rope_sin};
     in->has_rope = 1;
     snprintf(in->source, sizeof in->source, "workload %s (seed %llu, %dx%dx%d grid)", w->name,
              (unsigned long long)o->seed, w->frames, w->height, w->width);
