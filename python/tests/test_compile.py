@@ -201,8 +201,9 @@ def check_opcheck():
     vcattn.attention(q, k, v, sm_scale=0.125, state=state)
     state.step = 1
     check(state.plan() == "reuse", "opcheck: step 1 after a grouping reuses it (plan %r)" % state.plan())
+    head_cos, head_sin = cos.expand(1, 2, 200, 32).contiguous(), sin.expand(1, 2, 200, 32).contiguous()
     for token in (None, _torch_op._layer_token(state)):
-        for rope in ((None, None, 0), (cos, sin, 1)):
+        for rope in ((None, None, 0), (cos, sin, 1), (head_cos, head_sin, 0)):
             opcheck(torch.ops.vcattn.attention.default, (q, k, v, "HND", 0.125, "vc", "", token, True, *rope),
                     "layer state %s, rope %s" % (token is not None, rope[0] is not None))
     nhd = [t.transpose(1, 2).contiguous() for t in (q, k, v)]
@@ -217,6 +218,10 @@ def check_opcheck():
                         "rope %s" % (rope[0] is not None))
             opcheck(torch.ops.vcattn.dit_layer_attention.default, (*nhd, vd._clock, 0.125, mask, *rope),
                     "mask %s, rope %s" % (mask is not None, rope[0] is not None))
+    # per-head tables and the pairs (i, i + D/2) through the diffusers ops
+    opcheck(torch.ops.vcattn.dit_attention.default, (*nhd, 0.125, head_cos, head_sin, True, 1), "per-head, half")
+    opcheck(torch.ops.vcattn.dit_layer_attention.default, (*nhd, vd._clock, 0.125, keep, head_cos, head_sin, False, 1),
+            "masked, per-head, half")
     # without an LSE asked for: an empty lse and the same output (the library forms none)
     opcheck(torch.ops.vcattn.attention.default, (q, k, v, "HND", 0.125, "vc", "", None, True, None, None, 0, False),
             "no lse")

@@ -120,11 +120,16 @@ if hasattr(diffusers, "HunyuanVideo15Transformer3DModel"):
     run("HunyuanVideo-1.5", m, inputs, 2)
     swapped = [x for x in m.modules() if isinstance(getattr(x, "processor", None), vd.HunyuanVideo15Processor)]
     check(len(swapped) == 0, "HunyuanVideo-1.5: disable() left %d processors" % len(swapped))
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+    default_backend = _AttentionBackendRegistry.get_active_backend()[0]
     with torch.no_grad():  # the drop-in backend alone: the stock processor's general mask goes to SDPA
         m.set_attention_backend("vcattn")
         s0 = vd.stats["sdpa:mask"]
         m(**{key: x.to(device) for key, x in inputs.items()}, return_dict=False)
         m.reset_attention_backend()
+    # set_attention_backend also made "vcattn" the process-wide default, which reset_attention_backend
+    # leaves: the models below would take it for their SDPA reference
+    _AttentionBackendRegistry.set_active_backend(default_backend)
     check(vd.stats["sdpa:mask"] - s0 == 2, "HunyuanVideo-1.5 on the drop-in backend: %d SDPA mask routes, want 2"
           % (vd.stats["sdpa:mask"] - s0))
 
@@ -138,6 +143,23 @@ if hasattr(diffusers, "LTXVideoTransformer3DModel"):
     # the self-attention's RoPE fused with per-head tables (LTX-Video's frequencies span
     # the inner dimension); cross-attention swapped too, on the stock path
     check_fused_rope("LTX-Video", m, inputs, vd.LTXVideoRopeProcessor, 4, calls=2)
+
+# LTX-2 (video and audio): the self-attention's RoPE fused in both of its forms,
+# "interleaved" tables over the inner dimension and "split" per-head tables (pairs
+# (i, i + D/2)); the audio-video cross-attention and the text cross-attention stay stock
+if hasattr(diffusers, "LTX2VideoTransformer3DModel"):
+    for rope_type in ("interleaved", "split"):
+        m = diffusers.LTX2VideoTransformer3DModel(
+            in_channels=4, out_channels=4, patch_size=1, patch_size_t=1, num_attention_heads=2, attention_head_dim=32,
+            cross_attention_dim=64, audio_in_channels=4, audio_out_channels=4, audio_num_attention_heads=2,
+            audio_attention_head_dim=16, audio_cross_attention_dim=32, num_layers=2, caption_channels=16,
+            rope_double_precision=False, rope_type=rope_type)
+        inputs = dict(hidden_states=torch.randn(1, 2 * 8 * 8, 4), audio_hidden_states=torch.randn(1, 9, 4),
+                      encoder_hidden_states=torch.randn(1, 6, 16), audio_encoder_hidden_states=torch.randn(1, 6, 16),
+                      timestep=torch.tensor([900.0]), encoder_attention_mask=torch.ones(1, 6, dtype=torch.bool),
+                      num_frames=2, height=8, width=8, audio_num_frames=9, fps=25.0)
+        run("LTX-2 (%s RoPE)" % rope_type, m, inputs, 4)
+        check_fused_rope("LTX-2 (%s RoPE)" % rope_type, m, inputs, vd.LTX2RopeProcessor, 12, calls=4)
 
 # SkyReels-V2 (Wan's processor under another name) and ChronoEdit (Wan's processor
 # copied into its own module): self- and cross-attention swapped, the

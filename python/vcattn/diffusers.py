@@ -1,8 +1,8 @@
 """vcattn as a diffusers attention backend, for every model whose attention
 processors go through diffusers' dispatcher (`dispatch_attention_fn`): Wan
 2.1/2.2 (both A14B experts), Wan2.2-Animate, ChronoEdit, HunyuanVideo,
-HunyuanVideo-1.5, LTX-Video, SkyReels-V2, Kandinsky 5, Flux, Flux.2 and the
-other AttentionModuleMixin models.
+HunyuanVideo-1.5, LTX-Video, LTX-2, SkyReels-V2, Kandinsky 5, Flux, Flux.2 and
+the other AttentionModuleMixin models.
 
     import vcattn.diffusers
     vcattn.diffusers.enable(pipe)                      # every transformer of the pipeline
@@ -211,17 +211,21 @@ def _sdpa(reason, query, key, value, attn_mask, dropout_p, is_causal, scale, ena
                    is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
 
 
-def _rotate(x, cos, sin):
-    """Interleaved RoPE (pairs 2i, 2i+1) of x [B, S, H, D] by float tables
-    [S, D/2] or [B or 1, H or 1, S, D/2], in float32 and back in x's dtype,
-    as diffusers' Wan processor applies it: the SDPA routes of a call that
-    came with its RoPE tables."""
-    x1, x2 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
+def _rotate(x, cos, sin, style=0):
+    """RoPE of x [B, S, H, D] by float tables [S, D/2] or [B or 1, H or 1, S,
+    D/2], in float32 and back in x's dtype, as diffusers' processors apply
+    it: the SDPA routes of a call that came with its RoPE tables. style:
+    0 interleaved pairs (2i, 2i+1), 1 the pairs (i, i + D/2)."""
+    if style:
+        x1, x2 = x.float().chunk(2, dim=-1)
+    else:
+        x1, x2 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
     if cos.ndim == 2:
         c, s = cos.float()[None, :, None, :], sin.float()[None, :, None, :]
     else:
         c, s = cos.float().transpose(1, 2), sin.float().transpose(1, 2)
-    return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), -1).flatten(-2).to(x.dtype)
+    y1, y2 = x1 * c - x2 * s, x1 * s + x2 * c
+    return (torch.cat((y1, y2), -1) if style else torch.stack((y1, y2), -1).flatten(-2)).to(x.dtype)
 
 
 def _beyond_vcattn(query, is_causal, dropout_p):
@@ -239,13 +243,15 @@ def _beyond_vcattn(query, is_causal, dropout_p):
 
 
 def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
-           _parallel_config, rope=None):
+           _parallel_config, rope=None, rope_style="interleaved"):
     """rope: (cos, sin) [S, D/2] or [B or 1, H or 1, S, D/2] tables for query
-    and key given before their rotary embedding (interleaved pairs): applied
-    inside vcattn's quantizers, or here before an SDPA route."""
+    and key given before their rotary embedding (rope_style: "interleaved"
+    pairs or "half" the pairs (i, i + D/2)): applied inside vcattn's
+    quantizers, or here before an SDPA route."""
+    style = _torch_op.ROPE_STYLES[rope_style]
     if getattr(_parallel_config, "context_parallel_config", None) is not None:
         return _route_parallel(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                               return_lse, _parallel_config, rope)
+                               return_lse, _parallel_config, rope, style)
     batch, nq, nk = query.shape[0], query.shape[1], key.shape[1]
     key_mask = None
     # cross-attention to a short context: little to gain, kept exact
@@ -263,22 +269,22 @@ def _route(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale,
             _warn_once(why[0], "vcattn: %s runs on SDPA (diffusers' native backend); further such calls do too"
                        % why[1])
         if rope is not None:
-            query, key = _rotate(query, *rope), _rotate(key, *rope)
+            query, key = _rotate(query, *rope, style), _rotate(key, *rope, style)
         return _sdpa(why[0], query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse)
-    q, k, v, scale, d, cos, sin, _ = _torch_op.prepare(query, key, value, scale, "NHD", rope)
+    q, k, v, scale, d, cos, sin, _ = _torch_op.prepare(query, key, value, scale, "NHD", rope, rope_style)
     if scheduled:
-        out, lse = torch.ops.vcattn.dit_layer_attention(q, k, v, _clock, scale, key_mask, cos, sin, return_lse)
+        out, lse = torch.ops.vcattn.dit_layer_attention(q, k, v, _clock, scale, key_mask, cos, sin, return_lse, style)
     elif key_mask is not None:  # never with return_lse (routed to SDPA above)
-        out, lse = torch.ops.vcattn.dit_masked_attention(q, k, v, scale, key_mask, cos, sin)
+        out, lse = torch.ops.vcattn.dit_masked_attention(q, k, v, scale, key_mask, cos, sin, style)
     else:
-        out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, cos, sin, return_lse)
+        out, lse = torch.ops.vcattn.dit_attention(q, k, v, scale, cos, sin, return_lse, style)
     if out.shape[-1] != d:
         out = out[..., :d]
     return (out, lse) if return_lse else out
 
 
 def _route_parallel(scheduled, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
-                    config, rope):
+                    config, rope, style):
     """diffusers' context parallelism (Ulysses: an all-to-all over heads; a
     ring over key chunks merged through their LSE; or both): diffusers' own
     collectives around vcattn's call, which returns the LSE the ring merges
@@ -286,9 +292,9 @@ def _route_parallel(scheduled, query, key, value, attn_mask, dropout_p, is_causa
     Ulysses a rank calls once per layer, on whole heads; under a ring once
     per layer and key chunk, in the same order every forward (chunk
     rank + i at ring step i), so each state always sees the same keys.
-    rope: this rank's tables, applied before the tokens move."""
+    rope: this rank's tables (style: their pairs), applied before the tokens move."""
     if rope is not None:
-        query, key = _rotate(query, *rope), _rotate(key, *rope)
+        query, key = _rotate(query, *rope, style), _rotate(key, *rope, style)
     beyond = _beyond_vcattn(query, is_causal, dropout_p)
     why = beyond[1] if beyond else None
     if why is None and attn_mask is not None:
@@ -357,16 +363,17 @@ def schedule_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal
                   _parallel_config)
 
 
-def _masked(call, q, k, v, key_mask, scale, cos, sin):
+def _masked(call, q, k, v, key_mask, scale, cos, sin, style):
     """Run time: call(q, k, v, rope) under a key-padding mask: the kept keys
     of each sample (exact), or SDPA where the mask's values are not keep/hide
-    or a row would keep no key. cos, sin: RoPE tables or None. Returns
+    or a row would keep no key. cos, sin: RoPE tables or None (style: their
+    pairs, vcattn_rope_style). Returns
     call's (out, lse); under a mask the lse is None (a call that asks for
     one never brings a mask here: it is routed to SDPA first)."""
     rope = None
     if cos is not None:
         stats["vcattn:rope"] += 1  # calls that brought q and k unrotated, with their tables
-        rope = (cos, sin, cos, sin, 0)
+        rope = (cos, sin, cos, sin, style)
     if key_mask is None:
         return call(q, k, v, rope)
     keep = _keep_keys(key_mask)
@@ -375,7 +382,7 @@ def _masked(call, q, k, v, key_mask, scale, cos, sin):
         _warn_once("mask-values", "vcattn: a key-padding mask that is not keep/hide or hides every key of a row runs "
                                   "on SDPA; further such calls do too")
         if cos is not None:
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k = _rotate(q, cos, sin, style), _rotate(k, cos, sin, style)
         out = torch_sdpa(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=key_mask[:, None, None, :],
             scale=scale, enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2).contiguous()
@@ -387,43 +394,46 @@ def _masked(call, q, k, v, key_mask, scale, cos, sin):
         kept = keep[i]
         rope_i = None
         if cos is not None and cos.ndim == 2:
-            rope_i = (cos, sin, cos[kept].contiguous(), sin[kept].contiguous(), 0)
+            rope_i = (cos, sin, cos[kept].contiguous(), sin[kept].contiguous(), style)
         elif cos is not None:  # [B or 1, H or 1, S, D/2]: sample i's rows
             qc, qs = (t[i:i + 1] if t.shape[0] > 1 else t for t in (cos, sin))
-            rope_i = (qc, qs, qc[:, :, kept], qs[:, :, kept], 0)
+            rope_i = (qc, qs, qc[:, :, kept], qs[:, :, kept], style)
         outs.append(call(q[i:i + 1], k[i:i + 1, kept], v[i:i + 1, kept], rope_i)[0])
     return torch.cat(outs), None
 
 
-def _dropin(q, k, v, scale, key_mask, cos, sin, want_lse):
+def _dropin(q, k, v, scale, key_mask, cos, sin, want_lse, style):
     def call(q, k, v, rope):
         stats["vcattn"] += 1
         return _torch_op.run(q, k, v, "NHD", scale, "vc", {}, None, False, rope, want_lse)
-    return _torch_op.op_outputs(q, *_masked(call, q, k, v, key_mask, scale, cos, sin))
+    return _torch_op.op_outputs(q, *_masked(call, q, k, v, key_mask, scale, cos, sin, style))
 
 
 @torch.library.custom_op("vcattn::dit_attention", mutates_args=())
 def _dropin_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, rope_cos: Optional[torch.Tensor],
-               rope_sin: Optional[torch.Tensor], want_lse: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+               rope_sin: Optional[torch.Tensor], want_lse: bool = True,
+               rope_style: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A drop-in call ([B, S, H, D]; no layer state): the principal order. It
     never waits for the GPU, so a CUDA graph may hold it. Its lse is empty
     unless want_lse."""
-    return _dropin(q, k, v, scale, None, rope_cos, rope_sin, want_lse)
+    return _dropin(q, k, v, scale, None, rope_cos, rope_sin, want_lse, rope_style)
 
 
 @torch.library.custom_op("vcattn::dit_masked_attention", mutates_args=(), tags=_CUDAGRAPH_UNSAFE)
 def _masked_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, key_mask: torch.Tensor,
-               rope_cos: Optional[torch.Tensor], rope_sin: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+               rope_cos: Optional[torch.Tensor], rope_sin: Optional[torch.Tensor],
+               rope_style: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A drop-in call under a key-padding mask: its values are read on the
     host (which keys each sample keeps), so no CUDA graph may hold it. No
     LSE (empty): a call that asks for one is routed to SDPA."""
-    return _dropin(q, k, v, scale, key_mask, rope_cos, rope_sin, False)
+    return _dropin(q, k, v, scale, key_mask, rope_cos, rope_sin, False, rope_style)
 
 
 @torch.library.custom_op("vcattn::dit_layer_attention", mutates_args=(), tags=_CUDAGRAPH_UNSAFE)
 def _layer_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, clock: torch.Tensor, scale: float,
               key_mask: Optional[torch.Tensor], rope_cos: Optional[torch.Tensor],
-              rope_sin: Optional[torch.Tensor], want_lse: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+              rope_sin: Optional[torch.Tensor], want_lse: bool = True,
+              rope_style: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A call of a transformer under enable()/set_backend(): the layer is its
     place among the vcattn calls of the forward that vcattn::dit_forward
     began (clock orders the two in a graph). Its lse is empty unless
@@ -438,21 +448,21 @@ def _layer_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, clock: torch.Te
         inst, counter = forward
         counter[0] += 1
         return inst.run(counter[0] - 1, q, k, v, scale, rope, want_lse)
-    return _torch_op.op_outputs(q, *_masked(call, q, k, v, key_mask, scale, rope_cos, rope_sin))
+    return _torch_op.op_outputs(q, *_masked(call, q, k, v, key_mask, scale, rope_cos, rope_sin, rope_style))
 
 
 @_dropin_op.register_fake
-def _(q, k, v, scale, rope_cos, rope_sin, want_lse=True):
+def _(q, k, v, scale, rope_cos, rope_sin, want_lse=True, rope_style=0):
     return _torch_op.fake_outputs(q, "NHD", want_lse)
 
 
 @_masked_op.register_fake
-def _(q, k, v, scale, key_mask, rope_cos, rope_sin):
+def _(q, k, v, scale, key_mask, rope_cos, rope_sin, rope_style=0):
     return _torch_op.fake_outputs(q, "NHD", False)
 
 
 @_layer_op.register_fake
-def _(q, k, v, clock, scale, key_mask, rope_cos, rope_sin, want_lse=True):
+def _(q, k, v, clock, scale, key_mask, rope_cos, rope_sin, want_lse=True, rope_style=0):
     return _torch_op.fake_outputs(q, "NHD", want_lse and key_mask is None)
 
 
@@ -515,6 +525,12 @@ def _rope_processors():
     try:
         from diffusers.models.transformers import transformer_ltx as ltx
         found[ltx.LTXVideoAttnProcessor] = LTXVideoRopeProcessor
+    except (ImportError, AttributeError):
+        pass
+    try:
+        from diffusers.models.transformers import transformer_ltx2 as ltx2
+        found[ltx2.LTX2AudioVideoAttnProcessor] = LTX2RopeProcessor
+        found[ltx2.LTX2PerturbedAttnProcessor] = LTX2RopeProcessor
     except (ImportError, AttributeError):
         pass
     try:
@@ -609,6 +625,53 @@ class LTXVideoRopeProcessor(_FusedRopeProcessor):
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
         hidden_states = attn.to_out[0](hidden_states)
         return attn.to_out[1](hidden_states)
+
+
+class LTX2RopeProcessor(_FusedRopeProcessor):
+    """diffusers' LTX-2 processors (LTX2AudioVideoAttnProcessor and
+    LTX2PerturbedAttnProcessor) with the self-attention's RoPE inside vcattn's
+    quantizers: "interleaved" tables [B, S, H*D] as LTX-Video's, "split"
+    tables [B, H, S, D/2] as they are (pairs (i, i + D/2) of each head), then
+    the per-head gates as the stock processor. Cross-attention (the
+    audio-video attention has keys of the other modality), masked calls,
+    other table forms and perturbed (STG) passes run the stock processor."""
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, query_rotary_emb=None,
+                 key_rotary_emb=None, **perturbation):
+        tables = _ltx2_tables(attn, hidden_states, query_rotary_emb)
+        if encoder_hidden_states is not None or attention_mask is not None or tables is None or \
+                (key_rotary_emb is not None and key_rotary_emb is not query_rotary_emb) or \
+                perturbation.get("perturbation_mask") is not None or perturbation.get("all_perturbed"):
+            return self.stock(attn, hidden_states, encoder_hidden_states, attention_mask, query_rotary_emb,
+                              key_rotary_emb, **perturbation)
+        cos, sin, style = tables
+        gate_logits = attn.to_gate_logits(hidden_states) if attn.to_gate_logits is not None else None
+        query = attn.norm_q(attn.to_q(hidden_states)).unflatten(2, (attn.heads, -1))
+        key = attn.norm_k(attn.to_k(hidden_states)).unflatten(2, (attn.heads, -1))
+        value = attn.to_v(hidden_states).unflatten(2, (attn.heads, -1))
+        hidden_states = _route(True, query, key, value, None, 0.0, False, None, False, False,
+                               self._parallel_config, rope=(cos, sin), rope_style=style)
+        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        if gate_logits is not None:  # the factor 2: zero logits give gates of 1
+            gates = 2.0 * torch.sigmoid(gate_logits)
+            hidden_states = (hidden_states.unflatten(2, (attn.heads, -1)) * gates.unsqueeze(-1)).flatten(2, 3)
+        hidden_states = attn.to_out[0](hidden_states)
+        return attn.to_out[1](hidden_states)
+
+
+def _ltx2_tables(attn, hidden_states, freqs):
+    """(cos, sin, style) as the quantizers take LTX-2's tables, or None for a
+    form they cannot express (split tables over the whole inner dimension)."""
+    if freqs is None or freqs[0].shape != freqs[1].shape:
+        return None
+    batch, tokens, inner = hidden_states.shape[0], hidden_states.shape[1], attn.heads * attn.head_dim
+    cos, sin = freqs
+    if attn.rope_type == "interleaved" and tuple(cos.shape) in ((batch, tokens, inner), (1, tokens, inner)):
+        cos, sin = (t[..., 0::2].contiguous().unflatten(2, (attn.heads, -1)).transpose(1, 2) for t in freqs)
+        return cos, sin, "interleaved"
+    if attn.rope_type == "split" and cos.ndim == 4 and cos.shape[1:] == (attn.heads, tokens, attn.head_dim // 2):
+        return cos, sin, "half"
+    return None
 
 
 def _heads(attn, x, projection, norm=None):
