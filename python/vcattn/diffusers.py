@@ -488,56 +488,37 @@ def _(clock, timestep, installation):
 def _rope_processors():
     """{diffusers processor class: a function making its fused-RoPE
     replacement from a stock instance}, for the models whose RoPE form the
-    quantizers take (interleaved pairs); a model diffusers moved is left out
-    (its RoPE then stays in PyTorch)."""
+    quantizers take; a model diffusers moved is left out (its RoPE then
+    stays in PyTorch)."""
+    def wan(module):  # Wan's processor, under another name or copied into other Wan models' modules
+        return lambda stock: WanRopeProcessor(stock, module._get_qkv_projections)
+
+    def flux(module):  # Flux's, and Flux.2's double-stream blocks
+        return lambda stock: FluxRopeProcessor(stock, module._get_qkv_projections)
+
+    def plain(cls):
+        return lambda module: cls
+    processors = (("transformer_wan", "WanAttnProcessor", wan),
+                  ("transformer_skyreels_v2", "SkyReelsV2AttnProcessor", wan),
+                  ("transformer_wan_animate", "WanAttnProcessor", wan),  # Wan2.2-Animate
+                  ("transformer_chronoedit", "WanAttnProcessor", wan),
+                  ("transformer_flux", "FluxAttnProcessor", flux),
+                  ("transformer_flux2", "Flux2AttnProcessor", flux),
+                  # Flux.2's single-stream blocks: q, k, v and the MLP from one projection
+                  ("transformer_flux2", "Flux2ParallelSelfAttnProcessor", plain(Flux2ParallelRopeProcessor)),
+                  ("transformer_hunyuan_video15", "HunyuanVideo15AttnProcessor2_0", plain(HunyuanVideo15Processor)),
+                  ("transformer_hunyuan_video", "HunyuanVideoAttnProcessor2_0", plain(HunyuanVideoRopeProcessor)),
+                  ("transformer_ltx", "LTXVideoAttnProcessor", plain(LTXVideoRopeProcessor)),
+                  ("transformer_ltx2", "LTX2AudioVideoAttnProcessor", plain(LTX2RopeProcessor)),
+                  ("transformer_ltx2", "LTX2PerturbedAttnProcessor", plain(LTX2RopeProcessor)),
+                  ("transformer_kandinsky", "Kandinsky5AttnProcessor", plain(Kandinsky5RopeProcessor)))
     found = {}
-    # Wan's processor, under another name or copied into other Wan models' modules
-    for module, name in (("transformer_wan", "WanAttnProcessor"),
-                         ("transformer_skyreels_v2", "SkyReelsV2AttnProcessor"),
-                         ("transformer_wan_animate", "WanAttnProcessor"),  # Wan2.2-Animate
-                         ("transformer_chronoedit", "WanAttnProcessor")):
+    for module_name, class_name, make in processors:
         try:
-            wan_like = importlib.import_module("diffusers.models.transformers." + module)
-            found[getattr(wan_like, name)] = lambda stock, p=wan_like._get_qkv_projections: WanRopeProcessor(stock, p)
+            module = importlib.import_module("diffusers.models.transformers." + module_name)
+            found[getattr(module, class_name)] = make(module)
         except (ImportError, AttributeError):
             pass
-    try:
-        from diffusers.models.transformers import transformer_flux as flux
-        found[flux.FluxAttnProcessor] = lambda stock, p=flux._get_qkv_projections: FluxRopeProcessor(stock, p)
-    except (ImportError, AttributeError):
-        pass
-    try:  # Flux.2: the double-stream blocks as Flux's, the single-stream blocks' fused projection
-        from diffusers.models.transformers import transformer_flux2 as flux2
-        found[flux2.Flux2AttnProcessor] = lambda stock, p=flux2._get_qkv_projections: FluxRopeProcessor(stock, p)
-        found[flux2.Flux2ParallelSelfAttnProcessor] = Flux2ParallelRopeProcessor
-    except (ImportError, AttributeError):
-        pass
-    try:
-        from diffusers.models.transformers import transformer_hunyuan_video15 as hunyuan15
-        found[hunyuan15.HunyuanVideo15AttnProcessor2_0] = HunyuanVideo15Processor
-    except (ImportError, AttributeError):
-        pass
-    try:
-        from diffusers.models.transformers import transformer_hunyuan_video as hunyuan
-        found[hunyuan.HunyuanVideoAttnProcessor2_0] = HunyuanVideoRopeProcessor
-    except (ImportError, AttributeError):
-        pass
-    try:
-        from diffusers.models.transformers import transformer_ltx as ltx
-        found[ltx.LTXVideoAttnProcessor] = LTXVideoRopeProcessor
-    except (ImportError, AttributeError):
-        pass
-    try:
-        from diffusers.models.transformers import transformer_ltx2 as ltx2
-        found[ltx2.LTX2AudioVideoAttnProcessor] = LTX2RopeProcessor
-        found[ltx2.LTX2PerturbedAttnProcessor] = LTX2RopeProcessor
-    except (ImportError, AttributeError):
-        pass
-    try:
-        from diffusers.models.transformers import transformer_kandinsky as kandinsky
-        found[kandinsky.Kandinsky5AttnProcessor] = Kandinsky5RopeProcessor
-    except (ImportError, AttributeError):
-        pass
     return found
 
 
@@ -602,6 +583,13 @@ class WanRopeProcessor(_FusedRopeProcessor):
         return attn.to_out[1](hidden_states)
 
 
+def _per_head_tables(freqs, heads):
+    """LTX's (cos, sin) [B, S, H*D] over the inner dimension (each pair's
+    angle repeated) as per-head [B, H, S, D/2] tables: one angle a pair, the
+    rows of a token's heads side by side."""
+    return tuple(t[..., 0::2].contiguous().unflatten(2, (heads, -1)).transpose(1, 2) for t in freqs)
+
+
 class LTXVideoRopeProcessor(_FusedRopeProcessor):
     """diffusers' LTXVideoAttnProcessor with the self-attention's RoPE inside
     vcattn's quantizers. LTX-Video rotates the whole inner dimension before
@@ -617,9 +605,7 @@ class LTXVideoRopeProcessor(_FusedRopeProcessor):
         query = attn.norm_q(attn.to_q(hidden_states)).unflatten(2, (attn.heads, -1))
         key = attn.norm_k(attn.to_k(hidden_states)).unflatten(2, (attn.heads, -1))
         value = attn.to_v(hidden_states).unflatten(2, (attn.heads, -1))
-        # [B, S, H*D] -> [B, H, S, D/2]: one angle a pair, the rows of a token's heads side by side
-        cos, sin = (t[..., 0::2].contiguous().unflatten(2, (attn.heads, -1)).transpose(1, 2)
-                    for t in image_rotary_emb)
+        cos, sin = _per_head_tables(image_rotary_emb, attn.heads)
         hidden_states = _route(True, query, key, value, None, 0.0, False, None, False, False,
                                self._parallel_config, rope=(cos, sin))
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
@@ -667,8 +653,7 @@ def _ltx2_tables(attn, hidden_states, freqs):
     batch, tokens, inner = hidden_states.shape[0], hidden_states.shape[1], attn.heads * attn.head_dim
     cos, sin = freqs
     if attn.rope_type == "interleaved" and tuple(cos.shape) in ((batch, tokens, inner), (1, tokens, inner)):
-        cos, sin = (t[..., 0::2].contiguous().unflatten(2, (attn.heads, -1)).transpose(1, 2) for t in freqs)
-        return cos, sin, "interleaved"
+        return (*_per_head_tables(freqs, attn.heads), "interleaved")
     if attn.rope_type == "split" and cos.ndim == 4 and cos.shape[1:] == (attn.heads, tokens, attn.head_dim // 2):
         return cos, sin, "half"
     return None
