@@ -50,10 +50,13 @@ int main(void) {
     return st != VCATTN_OK;
 }
 C
-cat >"$tmp/app/CMakeLists.txt" <<'CM'
+# the version a user of this release asks for (a minor version may change the ABI before 1.0)
+version=$(sed -n 's/^#define VCATTN_VERSION_MAJOR \([0-9]*\).*/\1/p' "$prefix/include/vcattn.h").$(
+    sed -n 's/^#define VCATTN_VERSION_MINOR \([0-9]*\).*/\1/p' "$prefix/include/vcattn.h")
+cat >"$tmp/app/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.22)
 project(app C)
-find_package(vcattn 0.1 REQUIRED)
+find_package(vcattn $version REQUIRED)
 add_executable(app main.c)
 target_link_libraries(app PRIVATE vcattn::vcattn)
 CM
