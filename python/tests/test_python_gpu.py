@@ -181,6 +181,20 @@ rq, rk = rotated(q, hcos, hsin), rotated(k, hcos, hsin)
 rope_ref = torch.nn.functional.scaled_dot_product_attention(rq, rk, v.float())
 check(rel(per_head, rope_ref) < 0.06 and not torch.equal(per_head, shared),
       "per-head RoPE error %.4f against exact attention on the rotated inputs" % rel(per_head, rope_ref))
+# a head dim the GPU pads (96 -> 128): interleaved pairs stay pairs, and for the pairs (i, i + D/2) each half
+# is padded on its own
+q96, k96, v96 = (t[..., :96].contiguous() for t in (q, k, v))
+c96, s96 = hcos[..., :48], hsin[..., :48]
+for style in ("interleaved", "half"):
+    if style == "half":
+        a, b = (q96.float()[..., :48], q96.float()[..., 48:]), (k96.float()[..., :48], k96.float()[..., 48:])
+        rq96, rk96 = (torch.cat((x1 * c96 - x2 * s96, x1 * s96 + x2 * c96), -1) for x1, x2 in (a, b))
+    else:
+        rq96, rk96 = rotated(q96, c96, s96), rotated(k96, c96, s96)
+    ref96 = torch.nn.functional.scaled_dot_product_attention(rq96, rk96, v96.float())
+    got96 = vcattn.attention(q96, k96, v96, rope=(c96, s96), rope_style=style)
+    check(got96.shape[-1] == 96 and rel(got96, ref96) < 0.06,
+          "rope %s at head dim 96 (padded): error %.4f" % (style, rel(got96, ref96)))
 compiled_rope = torch.compile(lambda *a: vcattn.attention(*a[:3], rope=a[3:]) + 1, fullgraph=True)
 check(torch.equal(compiled_rope(q, k, v, hcos, hsin), per_head + 1), "per-head RoPE under torch.compile differs")
 

@@ -141,10 +141,15 @@ def prepare(q, k, v, sm_scale, layout="HND", rope=None, rope_style="interleaved"
             raise ValueError("vcattn: head dim %d unsupported on the GPU (64 and 128; smaller multiples of 8 "
                              "are zero-padded)" % d)
         pad = min(x for x in _core._GPU_HEAD_DIMS if x > d) - d
-        q, k, v = (torch.nn.functional.pad(t, (0, pad)) for t in (q, k, v))
+        if cos is not None and rope_style == "half":
+            # the pairs (i, i + D/2) move with D: each half of q and k padded on its own, so channel i
+            # still pairs with channel i + D/2 of the padded row
+            q, k = (torch.cat([torch.nn.functional.pad(x, (0, pad // 2)) for x in t.chunk(2, dim=-1)], -1)
+                    for t in (q, k))
+            v = torch.nn.functional.pad(v, (0, pad))
+        else:
+            q, k, v = (torch.nn.functional.pad(t, (0, pad)) for t in (q, k, v))
         if cos is not None:
-            if rope_style != "interleaved":  # the pairs (i, i + D/2) move with D
-                raise ValueError("vcattn: rope_style 'half' needs head dim 64 or 128 on the GPU (got %d)" % d)
             cos = torch.nn.functional.pad(cos, (0, pad // 2), value=1.0)  # the zero columns stay zero
             sin = torch.nn.functional.pad(sin, (0, pad // 2))
     return q, k, v, scale, d, cos, sin, ROPE_STYLES[rope_style]
