@@ -241,6 +241,35 @@ if hasattr(diffusers, "Kandinsky5Transformer3DModel"):
     check(vd.stats["vcattn:rope"] - r0 == 1, "Kandinsky 5, two samples: %d calls brought RoPE tables, want 1"
           % (vd.stats["vcattn:rope"] - r0))
 
+# Cosmos: its processor names no attention backend (it runs on diffusers' process-wide
+# default), so its self-attention reaches vcattn through the fused-RoPE processor, which
+# rotates the pairs (i, i + D/2) in the quantizers; its cross-attention stays stock
+if hasattr(diffusers, "CosmosTransformer3DModel"):
+    m = diffusers.CosmosTransformer3DModel(
+        in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=32, num_layers=2, mlp_ratio=2,
+        text_embed_dim=16, adaln_lora_dim=4, max_size=(4, 32, 32), patch_size=(1, 2, 2), rope_scale=(2.0, 1.0, 1.0),
+        concat_padding_mask=False, extra_pos_embed_type="learnable")
+    inputs = dict(hidden_states=torch.randn(1, 4, 2, 16, 16), timestep=torch.tensor([500]),
+                  encoder_hidden_states=torch.randn(1, 6, 16), attention_mask=torch.ones(1, 6), fps=30)
+    r0 = vd.stats["vcattn:rope"]
+    run("Cosmos", m, inputs, 2)
+    check(vd.stats["vcattn:rope"] - r0 == 2, "Cosmos: %d calls brought RoPE tables, want 2"
+          % (vd.stats["vcattn:rope"] - r0))
+    # the fused processor against the stock one on the drop-in backend (RoPE in PyTorch): the same bits
+    # on the CPU; Cosmos's tables repeat each angle in both halves
+    from diffusers.models.attention_dispatch import attention_backend
+    attn = m.transformer_blocks[0].attn1
+    angles = torch.rand(64, 16) * 6.3
+    tables = tuple(torch.cat([t, t], -1).to(device) for t in (angles.cos(), angles.sin()))
+    hidden = torch.randn(1, 64, attn.to_q.in_features, device=device)
+    with torch.no_grad():
+        with attention_backend("vcattn"):
+            want = attn.processor(attn, hidden, image_rotary_emb=tables)
+        got = vd.CosmosRopeProcessor(attn.processor)(attn, hidden, image_rotary_emb=tables)
+    diff = ((got - want).norm() / want.norm()).item()
+    check(torch.equal(got, want) if device == "cpu" else diff < 1e-2,
+          "Cosmos: fused RoPE vs RoPE in PyTorch: relative difference %.2e" % diff)
+
 # Processors that call torch SDPA themselves: no backend reaches them; said so, not silently ignored.
 for cls, kwargs in (("CogVideoXTransformer3DModel", dict(num_attention_heads=2, attention_head_dim=16, in_channels=4,
                                                           out_channels=4, time_embed_dim=8, text_embed_dim=16,

@@ -2,7 +2,7 @@
 processors go through diffusers' dispatcher (`dispatch_attention_fn`): Wan
 2.1/2.2 (both A14B experts), Wan2.2-Animate, ChronoEdit, HunyuanVideo,
 HunyuanVideo-1.5, LTX-Video, LTX-2, SkyReels-V2, Kandinsky 5, Flux, Flux.2 and
-the other AttentionModuleMixin models.
+the other AttentionModuleMixin models; Cosmos's self-attention.
 
     import vcattn.diffusers
     vcattn.diffusers.enable(pipe)                      # every transformer of the pipeline
@@ -511,7 +511,8 @@ def _rope_processors():
                   ("transformer_ltx", "LTXVideoAttnProcessor", plain(LTXVideoRopeProcessor)),
                   ("transformer_ltx2", "LTX2AudioVideoAttnProcessor", plain(LTX2RopeProcessor)),
                   ("transformer_ltx2", "LTX2PerturbedAttnProcessor", plain(LTX2RopeProcessor)),
-                  ("transformer_kandinsky", "Kandinsky5AttnProcessor", plain(Kandinsky5RopeProcessor)))
+                  ("transformer_kandinsky", "Kandinsky5AttnProcessor", plain(Kandinsky5RopeProcessor)),
+                  ("transformer_cosmos", "CosmosAttnProcessor2_0", plain(CosmosRopeProcessor)))
     found = {}
     for module_name, class_name, make in processors:
         try:
@@ -657,6 +658,31 @@ def _ltx2_tables(attn, hidden_states, freqs):
     if attn.rope_type == "split" and cos.ndim == 4 and cos.shape[1:] == (attn.heads, tokens, attn.head_dim // 2):
         return cos, sin, "half"
     return None
+
+
+class CosmosRopeProcessor(_FusedRopeProcessor):
+    """diffusers' CosmosAttnProcessor2_0 with the self-attention's RoPE inside
+    vcattn's quantizers. Cosmos rotates the pairs (i, i + D/2) by [S, D]
+    tables that repeat each angle in both halves: the first halves are the
+    quantizers' [S, D/2] tables. Its stock processor names no attention
+    backend (it runs on diffusers' process-wide default), so this processor
+    is how Cosmos's self-attention reaches vcattn; cross-attention and masked
+    calls run the stock processor."""
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
+        if encoder_hidden_states is not None or attention_mask is not None or image_rotary_emb is None or \
+                image_rotary_emb[0].ndim != 2 or image_rotary_emb[0].shape[0] != hidden_states.shape[1]:
+            return self.stock(attn, hidden_states, encoder_hidden_states, attention_mask, image_rotary_emb)
+        query = attn.norm_q(attn.to_q(hidden_states).unflatten(2, (attn.heads, -1)))
+        key = attn.norm_k(attn.to_k(hidden_states).unflatten(2, (attn.heads, -1)))
+        value = attn.to_v(hidden_states).unflatten(2, (attn.heads, -1))
+        half = query.shape[-1] // 2
+        cos, sin = (t[:, :half] for t in image_rotary_emb)
+        hidden_states = _route(True, query, key, value, None, 0.0, False, None, False, False,
+                               self._parallel_config, rope=(cos, sin), rope_style="half")
+        hidden_states = hidden_states.flatten(2, 3).type_as(query)
+        hidden_states = attn.to_out[0](hidden_states)
+        return attn.to_out[1](hidden_states)
 
 
 def _heads(attn, x, projection, norm=None):
@@ -934,11 +960,13 @@ class _Installation:
             processor = getattr(module, "processor", None)
             if processor is None or not callable(processor):
                 continue
-            if not hasattr(processor, "_attention_backend"):  # calls torch SDPA itself: out of any backend's reach
+            has_backend = hasattr(processor, "_attention_backend")
+            if not has_backend and type(processor) not in fused:  # calls torch SDPA itself: out of a backend's reach
                 skipped[type(processor).__name__] += 1
                 continue
-            self.saved.append((processor, processor._attention_backend))
-            processor._attention_backend = member  # what diffusers' set_attention_backend() sets
+            if has_backend:
+                self.saved.append((processor, processor._attention_backend))
+                processor._attention_backend = member  # what diffusers' set_attention_backend() sets
             if type(processor) in fused:
                 module.processor = fused[type(processor)](processor)
                 self.swapped.append((module, processor))
@@ -1001,6 +1029,9 @@ class _Installation:
 
     def remove(self):
         _by_serial.pop(getattr(self, "serial", None), None)  # a wrapper left in place counts nothing
+        current = getattr(_local, "forward", None)
+        if current is not None and current[0] is self:  # this thread's last forward was ours: calls after it
+            _local.forward = None                        # are no layers of it
         if getattr(self, "wrapper", None) is not None and self.transformer.__dict__.get("forward") is self.wrapper:
             if self.own_forward is None:
                 del self.transformer.forward
