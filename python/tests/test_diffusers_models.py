@@ -241,6 +241,25 @@ if hasattr(diffusers, "Kandinsky5Transformer3DModel"):
     check(vd.stats["vcattn:rope"] - r0 == 1, "Kandinsky 5, two samples: %d calls brought RoPE tables, want 1"
           % (vd.stats["vcattn:rope"] - r0))
 
+# Helios: Wan-like, with per-sample tables [B, S, 2D] over the history and current
+# tokens; with the history keys amplified (scaled after their rotation) the
+# self-attention stays on the stock processor, RoPE in PyTorch
+if hasattr(diffusers, "HeliosTransformer3DModel"):
+    for amplify in (False, True):
+        m = diffusers.HeliosTransformer3DModel(
+            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=32, in_channels=4, out_channels=4,
+            text_dim=16, freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+            rope_dim=(8, 12, 12), has_multi_term_memory_patch=True, guidance_cross_attn=True, zero_history_timestep=True,
+            is_amplify_history=amplify)
+        inputs = dict(hidden_states=torch.randn(1, 4, 2, 16, 16), timestep=torch.tensor([500]),
+                      encoder_hidden_states=torch.randn(1, 6, 16), indices_hidden_states=torch.ones(1, 2),
+                      indices_latents_history_short=torch.ones(1, 1), indices_latents_history_mid=torch.ones(1, 1),
+                      indices_latents_history_long=torch.ones(1, 4), latents_history_short=torch.randn(1, 4, 1, 16, 16),
+                      latents_history_mid=torch.randn(1, 4, 1, 16, 16), latents_history_long=torch.randn(1, 4, 4, 16, 16))
+        name = "Helios (history amplified)" if amplify else "Helios"
+        run(name, m, inputs, 2)
+        check_fused_rope(name, m, inputs, vd.HeliosRopeProcessor, 4, calls=0 if amplify else 2)
+
 # Cosmos: its processor names no attention backend (it runs on diffusers' process-wide
 # default), so its self-attention reaches vcattn through the fused-RoPE processor, which
 # rotates the pairs (i, i + D/2) in the quantizers; its cross-attention stays stock

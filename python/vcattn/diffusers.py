@@ -1,8 +1,8 @@
 """vcattn as a diffusers attention backend, for every model whose attention
 processors go through diffusers' dispatcher (`dispatch_attention_fn`): Wan
 2.1/2.2 (both A14B experts), Wan2.2-Animate, ChronoEdit, HunyuanVideo,
-HunyuanVideo-1.5, LTX-Video, LTX-2, SkyReels-V2, Kandinsky 5, Flux, Flux.2 and
-the other AttentionModuleMixin models; Cosmos's self-attention.
+HunyuanVideo-1.5, LTX-Video, LTX-2, SkyReels-V2, Kandinsky 5, Flux, Flux.2,
+Helios and the other AttentionModuleMixin models; Cosmos's self-attention.
 
     import vcattn.diffusers
     vcattn.diffusers.enable(pipe)                      # every transformer of the pipeline
@@ -512,7 +512,9 @@ def _rope_processors():
                   ("transformer_ltx2", "LTX2AudioVideoAttnProcessor", plain(LTX2RopeProcessor)),
                   ("transformer_ltx2", "LTX2PerturbedAttnProcessor", plain(LTX2RopeProcessor)),
                   ("transformer_kandinsky", "Kandinsky5AttnProcessor", plain(Kandinsky5RopeProcessor)),
-                  ("transformer_cosmos", "CosmosAttnProcessor2_0", plain(CosmosRopeProcessor)))
+                  ("transformer_cosmos", "CosmosAttnProcessor2_0", plain(CosmosRopeProcessor)),
+                  ("transformer_helios", "HeliosAttnProcessor",
+                   lambda module: lambda stock: HeliosRopeProcessor(stock, module._get_qkv_projections)))
     found = {}
     for module_name, class_name, make in processors:
         try:
@@ -680,6 +682,37 @@ class CosmosRopeProcessor(_FusedRopeProcessor):
         cos, sin = (t[:, :half] for t in image_rotary_emb)
         hidden_states = _route(True, query, key, value, None, 0.0, False, None, False, False,
                                self._parallel_config, rope=(cos, sin), rope_style="half")
+        hidden_states = hidden_states.flatten(2, 3).type_as(query)
+        hidden_states = attn.to_out[0](hidden_states)
+        return attn.to_out[1](hidden_states)
+
+
+class HeliosRopeProcessor(_FusedRopeProcessor):
+    """diffusers' HeliosAttnProcessor with the self-attention's RoPE inside
+    vcattn's quantizers: Helios's per-sample [B, S, 2D] table (cos, then
+    sin, each pair's angle repeated) as [B, 1, S, D/2] tables of interleaved
+    pairs. Cross-attention, masked calls and the amplified history keys
+    (scaled after their rotation) run the stock processor."""
+
+    def __init__(self, stock, projections):
+        super().__init__(stock)
+        self.projections = projections  # diffusers' q, k, v projection helper
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None,
+                 original_context_length=None):
+        history = original_context_length is not None and hidden_states.shape[1] > original_context_length
+        if encoder_hidden_states is not None or attention_mask is not None or rotary_emb is None or \
+                rotary_emb.ndim != 3 or rotary_emb.shape[1] != hidden_states.shape[1] or \
+                (attn.is_amplify_history and history):
+            return self.stock(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb,
+                              original_context_length)
+        query, key, value = self.projections(attn, hidden_states, None)
+        query = attn.norm_q(query).unflatten(2, (attn.heads, -1))
+        key = attn.norm_k(key).unflatten(2, (attn.heads, -1))
+        value = value.unflatten(2, (attn.heads, -1))
+        cos, sin = rotary_emb.unsqueeze(1).chunk(2, dim=-1)  # the angle of pair i at 2i (cos) and 2i + 1 (sin)
+        hidden_states = _route(True, query, key, value, None, 0.0, False, None, False, False,
+                               self._parallel_config, rope=(cos[..., 0::2], sin[..., 1::2]))
         hidden_states = hidden_states.flatten(2, 3).type_as(query)
         hidden_states = attn.to_out[0](hidden_states)
         return attn.to_out[1](hidden_states)
