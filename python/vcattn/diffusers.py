@@ -548,6 +548,18 @@ class _FusedRopeProcessor:
     def _parallel_config(self, value):  # transformer.enable_parallelism sets it
         self.stock._parallel_config = value
 
+    def _attend(self, query, key, value, rope, rope_style="interleaved", mask=None):
+        """The layer's vcattn call with its RoPE tables: q, k, v [B, S, H, D]
+        (q and k unrotated) in, [B, S, H*D] in query's dtype out."""
+        out = _route(True, query, key, value, mask, 0.0, False, None, False, False, self._parallel_config,
+                     rope=rope, rope_style=rope_style)
+        return out.flatten(2, 3).to(query.dtype)
+
+
+def _project_out(attn, hidden_states):
+    """The output projection (and dropout) of diffusers' attention modules."""
+    return attn.to_out[1](attn.to_out[0](hidden_states))
+
 
 def _pair_tables(cos, sin, tokens, head_dim):
     """diffusers' [S, D] tables, each angle repeated for its pair (2i, 2i+1),
@@ -579,11 +591,7 @@ class WanRopeProcessor(_FusedRopeProcessor):
         value = value.unflatten(2, (attn.heads, -1))
         # Wan's tables repeat each pair's angle: cos at the even, sin at the odd channels
         rope = (freqs[0][0, :, 0, 0::2], freqs[1][0, :, 0, 1::2])
-        hidden_states = _route(True, query, key, value, attention_mask, 0.0, False, None, False, False,
-                               self._parallel_config, rope=rope)
-        hidden_states = hidden_states.flatten(2, 3).type_as(query)
-        hidden_states = attn.to_out[0](hidden_states)
-        return attn.to_out[1](hidden_states)
+        return _project_out(attn, self._attend(query, key, value, rope, mask=attention_mask))
 
 
 def _per_head_tables(freqs, heads):
@@ -609,11 +617,7 @@ class LTXVideoRopeProcessor(_FusedRopeProcessor):
         key = attn.norm_k(attn.to_k(hidden_states)).unflatten(2, (attn.heads, -1))
         value = attn.to_v(hidden_states).unflatten(2, (attn.heads, -1))
         cos, sin = _per_head_tables(image_rotary_emb, attn.heads)
-        hidden_states = _route(True, query, key, value, None, 0.0, False, None, False, False,
-                               self._parallel_config, rope=(cos, sin))
-        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
-        hidden_states = attn.to_out[0](hidden_states)
-        return attn.to_out[1](hidden_states)
+        return _project_out(attn, self._attend(query, key, value, (cos, sin)))
 
 
 class LTX2RopeProcessor(_FusedRopeProcessor):
@@ -638,9 +642,7 @@ class LTX2RopeProcessor(_FusedRopeProcessor):
         query = attn.norm_q(attn.to_q(hidden_states)).unflatten(2, (attn.heads, -1))
         key = attn.norm_k(attn.to_k(hidden_states)).unflatten(2, (attn.heads, -1))
         value = attn.to_v(hidden_states).unflatten(2, (attn.heads, -1))
-        hidden_states = _route(True, query, key, value, None, 0.0, False, None, False, False,
-                               self._parallel_config, rope=(cos, sin), rope_style=style)
-        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        hidden_states = self._attend(query, key, value, (cos, sin), style)
         if gate_logits is not None:  # the factor 2: zero logits give gates of 1
             gates = 2.0 * torch.sigmoid(gate_logits)
             hidden_states = (hidden_states.unflatten(2, (attn.heads, -1)) * gates.unsqueeze(-1)).flatten(2, 3)
@@ -680,11 +682,7 @@ class CosmosRopeProcessor(_FusedRopeProcessor):
         value = attn.to_v(hidden_states).unflatten(2, (attn.heads, -1))
         half = query.shape[-1] // 2
         cos, sin = (t[:, :half] for t in image_rotary_emb)
-        hidden_states = _route(True, query, key, value, None, 0.0, False, None, False, False,
-                               self._parallel_config, rope=(cos, sin), rope_style="half")
-        hidden_states = hidden_states.flatten(2, 3).type_as(query)
-        hidden_states = attn.to_out[0](hidden_states)
-        return attn.to_out[1](hidden_states)
+        return _project_out(attn, self._attend(query, key, value, (cos, sin), "half"))
 
 
 class HeliosRopeProcessor(_FusedRopeProcessor):
@@ -711,11 +709,7 @@ class HeliosRopeProcessor(_FusedRopeProcessor):
         key = attn.norm_k(key).unflatten(2, (attn.heads, -1))
         value = value.unflatten(2, (attn.heads, -1))
         cos, sin = rotary_emb.unsqueeze(1).chunk(2, dim=-1)  # the angle of pair i at 2i (cos) and 2i + 1 (sin)
-        hidden_states = _route(True, query, key, value, None, 0.0, False, None, False, False,
-                               self._parallel_config, rope=(cos[..., 0::2], sin[..., 1::2]))
-        hidden_states = hidden_states.flatten(2, 3).type_as(query)
-        hidden_states = attn.to_out[0](hidden_states)
-        return attn.to_out[1](hidden_states)
+        return _project_out(attn, self._attend(query, key, value, (cos[..., 0::2], sin[..., 1::2])))
 
 
 def _heads(attn, x, projection, norm=None):
@@ -769,9 +763,7 @@ class HunyuanVideoRopeProcessor(_FusedRopeProcessor):
             query = torch.cat([query, _heads(attn, encoder_hidden_states, attn.add_q_proj, attn.norm_added_q)], dim=1)
             key = torch.cat([key, _heads(attn, encoder_hidden_states, attn.add_k_proj, attn.norm_added_k)], dim=1)
             value = torch.cat([value, _heads(attn, encoder_hidden_states, attn.add_v_proj)], dim=1)
-        hidden_states = _route(True, query, key, value, attention_mask, 0.0, False, None, False, False,
-                               self._parallel_config, rope=_text_rows(*tables, text))
-        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        hidden_states = self._attend(query, key, value, _text_rows(*tables, text), mask=attention_mask)
         if encoder_hidden_states is None:
             return hidden_states
         return _hunyuan_outputs(attn, hidden_states, text)
@@ -807,9 +799,7 @@ class FluxRopeProcessor(_FusedRopeProcessor):
             query = torch.cat([encoder_query, query], dim=1)
             key = torch.cat([encoder_key, key], dim=1)
             value = torch.cat([encoder_value, value], dim=1)
-        hidden_states = _route(True, query, key, value, attention_mask, 0.0, False, None, False, False,
-                               self._parallel_config, rope=tables)
-        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        hidden_states = self._attend(query, key, value, tables, mask=attention_mask)
         if encoder_hidden_states is None:
             return hidden_states
         encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
@@ -838,9 +828,7 @@ class Flux2ParallelRopeProcessor(_FusedRopeProcessor):
         width = projected.shape[-1] * qkv_dim // (qkv_dim + mlp_dim)
         qkv, mlp = projected.split([width, projected.shape[-1] - width], dim=-1)
         query, key, value = (x.unflatten(-1, (-1, attn.head_dim)) for x in qkv.chunk(3, dim=-1))
-        hidden_states = _route(True, attn.norm_q(query), attn.norm_k(key), value, attention_mask, 0.0, False, None,
-                               False, False, self._parallel_config, rope=tables)
-        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        hidden_states = self._attend(attn.norm_q(query), attn.norm_k(key), value, tables, mask=attention_mask)
         return attn.to_out(torch.cat([hidden_states, attn.mlp_act_fn(mlp)], dim=-1))
 
 
@@ -873,11 +861,9 @@ class HunyuanVideo15Processor(_FusedRopeProcessor):
         if attention_mask is not None:  # [B, text] or [B, tokens]: the video tokens are kept
             keep = torch.nn.functional.pad(attention_mask, (query.shape[1] - attention_mask.shape[1], 0),
                                            value=True).bool()
-        hidden_states = _route(True, query, key, value, keep, 0.0, False, None, False, False,
-                               self._parallel_config, rope=_text_rows(*tables, text))
+        hidden_states = self._attend(query, key, value, _text_rows(*tables, text), mask=keep)
         if keep is not None:
-            hidden_states = hidden_states.masked_fill(~keep[:, :, None, None], 0)
-        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+            hidden_states = hidden_states.masked_fill(~keep[:, :, None], 0)
         return _hunyuan_outputs(attn, hidden_states, text)
 
 
@@ -903,9 +889,7 @@ class Kandinsky5RopeProcessor(_FusedRopeProcessor):
                              for projection in (attn.to_query, attn.to_key, attn.to_value))
         query = attn.query_norm(query.float()).type_as(query)
         key = attn.key_norm(key.float()).type_as(key)
-        hidden_states = _route(True, query, key, value, None, 0.0, False, None, False, False,
-                               self._parallel_config, rope=tables)
-        return attn.out_layer(hidden_states.flatten(-2, -1))
+        return attn.out_layer(self._attend(query, key, value, tables))
 
 
 # ------------------------------------------------------------ steps and layer states
